@@ -1,0 +1,432 @@
+"""Typed, validated run configuration built from Hydra's composed config.
+
+This is the only module that reads Hydra/OmegaConf objects. ``load(cfg)`` turns the composed
+``DictConfig`` into frozen dataclasses and checks every value before anything is traced; a bad
+value raises ``ConfigError`` whose message is one line naming the key, the value and the allowed
+range. Checks that need the unit conversion (tau, Mach, cells per diameter) happen when a case is
+built (``solver.cases``), still before tracing, and raise the same error.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from kernels.lattices import LATTICES
+
+PRECISIONS = ("float32", "float64")
+COLLISIONS = ("bgk", "trt")
+PNG_FIELDS = ("auto", "speed", "vorticity")
+INFLOWS = ("parabolic", "uniform")
+TG_VARIANTS = ("vortex", "beltrami")
+MAX_MACH = 0.3
+
+
+class ConfigError(ValueError):
+    """A configuration value outside its allowed range.
+
+    The message is a single line: ``<key> = <value>: allowed <allowed>[; hint]``.
+    """
+
+    def __init__(self, key: str, value: Any, allowed: str, hint: str = "") -> None:
+        self.key, self.value, self.allowed, self.hint = key, value, allowed, hint
+        message = f"{key} = {value!r}: allowed {allowed}"
+        if hint:
+            message += f"; {hint}"
+        super().__init__(message)
+
+
+# --- typed config ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FluidConfig:
+    lattice: str  # canonical name, e.g. "D2Q9"
+    collision: str  # "bgk" | "trt"
+    trt_magic: float
+    precision: str  # "float32" | "float64"
+    u_lattice: float  # lattice velocity of the case's characteristic velocity
+
+    @property
+    def dimension(self) -> int:
+        return LATTICES[self.lattice].d
+
+
+@dataclass(frozen=True)
+class OutputConfig:
+    every: int | None  # steps between field outputs; None: about 10 per run
+    fields: bool
+    png: bool
+    png_field: str
+    log_interval: float  # s of wall time between log lines off a terminal
+
+
+@dataclass(frozen=True)
+class CylinderConfig:
+    length: float  # m
+    height: float  # m
+    center: tuple[float, float]  # m
+    diameter: float  # m
+    inflow: str
+    u_max: float  # m/s
+    viscosity: float  # m^2/s
+    density: float  # kg/m^3
+    resolution: int  # cells per diameter
+    duration: float  # s
+    perturbation: float  # fraction of u_max
+    stats_fraction: float
+    name: str = "cylinder"
+    dimension: int = 2
+
+
+@dataclass(frozen=True)
+class TaylorGreenConfig:
+    length: float
+    u0: float
+    viscosity: float
+    density: float
+    resolution: int  # cells per side
+    duration: float
+    variant: str
+    name: str = "taylor_green"
+    dimension: int | None = None  # follows the lattice
+
+
+@dataclass(frozen=True)
+class PoiseuilleConfig:
+    height: float
+    length: float
+    u_max: float
+    viscosity: float
+    density: float
+    resolution: int  # cells across the height
+    duration: float
+    amplitude: float  # m/s^2
+    angular_frequency: float  # rad/s
+    phase: float  # rad
+    name: str = "poiseuille"
+    dimension: int = 2
+
+
+@dataclass(frozen=True)
+class CouetteConfig:
+    height: float
+    length: float
+    wall_velocity: float
+    viscosity: float
+    density: float
+    resolution: int
+    duration: float
+    name: str = "couette"
+    dimension: int = 2
+
+
+@dataclass(frozen=True)
+class CavityConfig:
+    length: float
+    lid_velocity: float
+    re: float
+    density: float
+    resolution: int
+    duration: float
+    name: str = "cavity"
+    dimension: int = 2
+
+    @property
+    def viscosity(self) -> float:
+        return abs(self.lid_velocity) * self.length / self.re
+
+
+@dataclass(frozen=True)
+class DuctConfig:
+    side: float
+    length: float
+    u_max: float
+    viscosity: float
+    density: float
+    resolution: int
+    duration: float
+    name: str = "duct"
+    dimension: int = 3
+
+
+CaseConfig = (
+    CylinderConfig
+    | TaylorGreenConfig
+    | PoiseuilleConfig
+    | CouetteConfig
+    | CavityConfig
+    | DuctConfig
+)
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    case: CaseConfig
+    fluid: FluidConfig
+    output: OutputConfig
+    steps: int | None  # None: the case's default
+    chunk: int
+    seed: int
+    resolved: dict  # the whole composed config as plain data, for run.json
+
+
+# --- value checks ------------------------------------------------------------------------------
+
+
+class _Section:
+    """Typed accessors for one config section; every error names the full dotted key."""
+
+    def __init__(self, prefix: str, data: Any) -> None:
+        if not isinstance(data, dict):
+            raise ConfigError(prefix, data, "a mapping of keys")
+        self.prefix, self.data = prefix, data
+
+    def key(self, name: str) -> str:
+        return f"{self.prefix}.{name}" if self.prefix else name
+
+    def raw(self, name: str) -> Any:
+        if name not in self.data:
+            raise ConfigError(self.key(name), None, "a value (the key is missing)")
+        return self.data[name]
+
+    def number(
+        self,
+        name: str,
+        low: float | None = None,
+        high: float | None = None,
+        low_open: bool = True,
+        allow_none: bool = False,
+    ) -> float | None:
+        value = self.raw(name)
+        if value is None and allow_none:
+            return None
+        allowed = _range_text(low, high, low_open)
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(self.key(name), value, f"a number {allowed}")
+        value = float(value)
+        if not math.isfinite(value):
+            raise ConfigError(self.key(name), value, f"a finite number {allowed}")
+        if low is not None and (value <= low if low_open else value < low):
+            raise ConfigError(self.key(name), value, allowed)
+        if high is not None and value > high:
+            raise ConfigError(self.key(name), value, allowed)
+        return value
+
+    def positive(self, name: str) -> float:
+        return self.number(name, low=0.0)
+
+    def integer(self, name: str, low: int = 1, allow_none: bool = False) -> int | None:
+        value = self.raw(name)
+        if value is None and allow_none:
+            return None
+        if isinstance(value, bool) or not isinstance(value, int):
+            if isinstance(value, float) and value.is_integer():
+                value = int(value)
+            else:
+                raise ConfigError(self.key(name), value, f"an integer >= {low}")
+        if value < low:
+            raise ConfigError(self.key(name), value, f"an integer >= {low}")
+        return value
+
+    def choice(self, name: str, options: tuple[str, ...], case_sensitive: bool = True) -> str:
+        value = self.raw(name)
+        text = value if case_sensitive or not isinstance(value, str) else value.lower()
+        canon = options if case_sensitive else tuple(o.lower() for o in options)
+        if not isinstance(value, str) or text not in canon:
+            raise ConfigError(self.key(name), value, "one of " + " | ".join(options))
+        return options[canon.index(text)]
+
+    def boolean(self, name: str) -> bool:
+        value = self.raw(name)
+        if not isinstance(value, bool):
+            raise ConfigError(self.key(name), value, "true | false")
+        return value
+
+    def point(self, name: str, dimension: int) -> tuple[float, ...]:
+        value = self.raw(name)
+        if (
+            not isinstance(value, (list, tuple))
+            or len(value) != dimension
+            or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value)
+        ):
+            raise ConfigError(self.key(name), value, f"a list of {dimension} numbers (m)")
+        return tuple(float(v) for v in value)
+
+
+def _range_text(low: float | None, high: float | None, low_open: bool) -> str:
+    if low is None and high is None:
+        return "(any finite number)"
+    parts = []
+    if low is not None:
+        parts.append(f"> {low:g}" if low_open else f">= {low:g}")
+    if high is not None:
+        parts.append(f"<= {high:g}")
+    return " and ".join(parts)
+
+
+# --- sections ----------------------------------------------------------------------------------
+
+
+def _fluid(s: _Section) -> FluidConfig:
+    lattice = s.choice("lattice", tuple(LATTICES), case_sensitive=False)
+    return FluidConfig(
+        lattice=lattice,
+        collision=s.choice("collision", COLLISIONS, case_sensitive=False),
+        trt_magic=s.number("trt_magic", low=0.0),
+        precision=s.choice("precision", PRECISIONS),
+        # the Mach limit (u_lattice / c_s <= 0.3) is checked where the case knows its peak velocity
+        u_lattice=s.number("u_lattice", low=0.0, high=1.0),
+    )
+
+
+def _output(s: _Section) -> OutputConfig:
+    return OutputConfig(
+        every=s.integer("every", allow_none=True),
+        fields=s.boolean("fields"),
+        png=s.boolean("png"),
+        png_field=s.choice("png_field", PNG_FIELDS),
+        log_interval=s.number("log_interval", low=0.0),
+    )
+
+
+def _cylinder(s: _Section) -> CylinderConfig:
+    return CylinderConfig(
+        length=s.positive("length"),
+        height=s.positive("height"),
+        center=s.point("center", 2),
+        diameter=s.positive("diameter"),
+        inflow=s.choice("inflow", INFLOWS),
+        u_max=s.positive("u_max"),
+        viscosity=s.positive("viscosity"),
+        density=s.positive("density"),
+        resolution=s.integer("resolution"),
+        duration=s.positive("duration"),
+        perturbation=s.number("perturbation", low=0.0, high=0.5, low_open=False),
+        stats_fraction=s.number("stats_fraction", low=0.0, high=1.0),
+    )
+
+
+def _taylor_green(s: _Section) -> TaylorGreenConfig:
+    return TaylorGreenConfig(
+        length=s.positive("length"),
+        u0=s.positive("u0"),
+        viscosity=s.positive("viscosity"),
+        density=s.positive("density"),
+        resolution=s.integer("resolution", low=4),
+        duration=s.positive("duration"),
+        variant=s.choice("variant", TG_VARIANTS),
+    )
+
+
+def _poiseuille(s: _Section) -> PoiseuilleConfig:
+    return PoiseuilleConfig(
+        height=s.positive("height"),
+        length=s.positive("length"),
+        u_max=s.number("u_max", low=0.0, low_open=False),
+        viscosity=s.positive("viscosity"),
+        density=s.positive("density"),
+        resolution=s.integer("resolution", low=3),
+        duration=s.positive("duration"),
+        amplitude=s.number("amplitude", low=0.0, low_open=False),
+        angular_frequency=s.number("angular_frequency", low=0.0, low_open=False),
+        phase=s.number("phase"),
+    )
+
+
+def _couette(s: _Section) -> CouetteConfig:
+    return CouetteConfig(
+        height=s.positive("height"),
+        length=s.positive("length"),
+        wall_velocity=s.positive("wall_velocity"),
+        viscosity=s.positive("viscosity"),
+        density=s.positive("density"),
+        resolution=s.integer("resolution", low=3),
+        duration=s.positive("duration"),
+    )
+
+
+def _cavity(s: _Section) -> CavityConfig:
+    return CavityConfig(
+        length=s.positive("length"),
+        lid_velocity=s.positive("lid_velocity"),
+        re=s.positive("re"),
+        density=s.positive("density"),
+        resolution=s.integer("resolution", low=4),
+        duration=s.positive("duration"),
+    )
+
+
+def _duct(s: _Section) -> DuctConfig:
+    return DuctConfig(
+        side=s.positive("side"),
+        length=s.positive("length"),
+        u_max=s.positive("u_max"),
+        viscosity=s.positive("viscosity"),
+        density=s.positive("density"),
+        resolution=s.integer("resolution", low=3),
+        duration=s.positive("duration"),
+    )
+
+
+CASE_PARSERS = {
+    "cylinder": _cylinder,
+    "taylor_green": _taylor_green,
+    "poiseuille": _poiseuille,
+    "couette": _couette,
+    "cavity": _cavity,
+    "duct": _duct,
+}
+
+
+def from_dict(data: dict) -> RunConfig:
+    """Validate a plain-data config (the resolved Hydra config) and build the typed one."""
+    root = _Section("", data)
+    case_section = _Section("case", root.raw("case"))
+    name = case_section.choice("name", tuple(CASE_PARSERS))
+    case = CASE_PARSERS[name](case_section)
+    fluid = _fluid(_Section("fluid", root.raw("fluid")))
+    if case.dimension is not None and case.dimension != fluid.dimension:
+        raise ConfigError(
+            "fluid.lattice",
+            fluid.lattice,
+            f"a {case.dimension}D lattice for case {name}",
+            hint=f"use fluid={'d2q9' if case.dimension == 2 else 'd3q19'}",
+        )
+    if name == "taylor_green" and case.variant == "beltrami" and fluid.dimension != 3:
+        raise ConfigError(
+            "case.variant", "beltrami", "vortex on a 2D lattice", hint="use fluid=d3q19"
+        )
+    return RunConfig(
+        case=case,
+        fluid=fluid,
+        output=_output(_Section("output", root.raw("output"))),
+        steps=root.integer("steps", allow_none=True),
+        chunk=root.integer("chunk"),
+        seed=root.integer("seed", low=0),
+        resolved=data,
+    )
+
+
+def load(cfg: Any) -> RunConfig:
+    """Resolve a Hydra ``DictConfig`` (interpolations included) and validate it.
+
+    Raises:
+        ConfigError: for the first bad value, also for interpolations that do not resolve.
+    """
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    try:
+        data = OmegaConf.to_container(cfg, resolve=True)
+    except OmegaConfBaseException as err:
+        key = getattr(err, "full_key", None) or "config"
+        raise ConfigError(str(key), None, "a resolvable value", hint=_one_line(err)) from None
+    data.pop("hydra", None)
+    return from_dict(data)
+
+
+def _one_line(err: BaseException) -> str:
+    text = str(err).strip().splitlines()
+    return text[0] if text else type(err).__name__
