@@ -58,7 +58,7 @@ class UnitConverter:
         return nu * self.dt / self.dx**2
 
     def to_lattice_acceleration(self, g: float) -> float:
-        """Acceleration (m/s^2) in lattice units; times lattice density 1 it is the force density."""
+        """Acceleration (m/s^2) in lattice units (= force density at lattice density 1)."""
         return g * self.dt**2 / self.dx
 
     def to_lattice_length(self, length: float) -> float:

@@ -1,0 +1,5 @@
+"""Entry point of ``python -m solver``; see solver.app."""
+
+from solver.app import main
+
+main()

@@ -1,0 +1,150 @@
+"""What every case hands to the run loop, and the checks and helpers the cases share.
+
+A case turns its typed physical config into lattice units: a ``FluidSetup``, the initial
+density and velocity, the unit converter, a default number of steps, and a ``diagnostics`` hook
+that computes case-specific values for ``run.json`` from the final fields (and, for bodies, the
+force history). Node i along an axis sits at ``origin + (i + 0.5) dx``.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from kernels.lattices import CS2
+from solver.config import MAX_MACH, ConfigError, FluidConfig
+from solver.fluid_setup import FluidSetup
+from solver.units import UnitConverter, mach
+
+log = logging.getLogger("solver")
+TAU_WARNING = 0.505  # below this, runs are usually unstable except at very low velocity
+
+
+@dataclass(frozen=True)
+class RunData:
+    """What the run loop hands to ``Case.diagnostics`` (lattice units).
+
+    Attributes:
+        steps: steps done.
+        density: (*shape) final lattice density.
+        velocity: (d, *shape) final lattice velocity.
+        forces: (steps, d) lattice force on the obstacle after each step, or None.
+    """
+
+    steps: int
+    density: np.ndarray
+    velocity: np.ndarray
+    forces: np.ndarray | None = None
+
+
+@dataclass(frozen=True)
+class Case:
+    """A built case: the lattice-unit problem plus its physical meaning.
+
+    Attributes:
+        name: case name.
+        setup: the static lattice-unit problem.
+        units: the physical <-> lattice converter.
+        density: (*shape) initial lattice density.
+        velocity: (d, *shape) initial lattice velocity.
+        default_steps: steps when the config gives none.
+        origin: (d,) m; node i along axis a sits at origin[a] + (i + 0.5) dx.
+        mach: lattice Mach number of the characteristic (peak) velocity.
+        reynolds: Reynolds number of the flow, with the case's reference length and velocity.
+        png_field: "speed" or "vorticity", the field the final PNG shows by default.
+        measures_forces: whether the run loop should keep the force history (obstacle present).
+        info: extra scalars for run.json (reference velocity, body force, ...).
+    """
+
+    name: str
+    setup: FluidSetup
+    units: UnitConverter
+    density: np.ndarray = field(repr=False)
+    velocity: np.ndarray = field(repr=False)
+    default_steps: int
+    origin: tuple[float, ...]
+    mach: float
+    reynolds: float
+    png_field: str = "speed"
+    measures_forces: bool = False
+    info: dict = field(default_factory=dict)
+
+    @property
+    def tau(self) -> float:
+        return self.setup.tau
+
+    def coordinates(self) -> list[np.ndarray]:
+        """Node coordinates in m, one 1-D array per axis."""
+        return [
+            self.origin[a] + (np.arange(n) + 0.5) * self.units.dx
+            for a, n in enumerate(self.setup.shape)
+        ]
+
+    def diagnostics(self, data: RunData) -> dict:
+        """Case-specific values for run.json; plain JSON types only."""
+        return {}
+
+
+def relaxation_rate(
+    units: UnitConverter, viscosity: float, fluid: FluidConfig, viscosity_key: str
+) -> float:
+    """omega = 1/tau for the physical viscosity; ConfigError if tau <= 1/2.
+
+    The message names the keys that set tau (viscosity, resolution, u_lattice).
+    """
+    tau = units.tau(viscosity)
+    if not tau > 0.5 or not np.isfinite(tau):
+        raise ConfigError(
+            "tau",
+            round(tau, 8),
+            "> 0.5",
+            hint=(
+                f"tau = 1/2 + 3 nu dt/dx^2 is set by {viscosity_key}={viscosity:g}, "
+                f"case.resolution and fluid.u_lattice={fluid.u_lattice:g} "
+                "(raise the viscosity, the resolution or u_lattice)"
+            ),
+        )
+    if tau < TAU_WARNING:
+        log.warning(
+            "tau = %.5f is close to 0.5: expect instability unless the flow is gentle "
+            "(raise %s, case.resolution or fluid.u_lattice)",
+            tau,
+            viscosity_key,
+        )
+    return 1.0 / tau
+
+
+def check_mach(u_peak_lattice: float, fluid: FluidConfig) -> float:
+    """Lattice Mach number of the peak velocity; ConfigError above 0.3."""
+    m = mach(u_peak_lattice)
+    if m > MAX_MACH:
+        limit = MAX_MACH * np.sqrt(CS2) * fluid.u_lattice / u_peak_lattice
+        raise ConfigError(
+            "fluid.u_lattice",
+            fluid.u_lattice,
+            f"<= {limit:.4g} (lattice Mach = u / c_s <= {MAX_MACH})",
+            hint=f"Mach = {m:.3f}",
+        )
+    return m
+
+
+def cells(key: str, value: float, length: float, dx: float, minimum: int) -> int:
+    """Number of cells covering ``length``; ConfigError if fewer than ``minimum``."""
+    n = int(round(length / dx))
+    if n < minimum:
+        raise ConfigError(
+            key,
+            value,
+            f"a value giving >= {minimum} cells (gives {n} at dx = {dx:.4g} m)",
+            hint="raise case.resolution",
+        )
+    return n
+
+
+def relative_l2(measured: np.ndarray, reference: np.ndarray) -> float:
+    """sqrt(sum |measured - reference|^2 / sum |reference|^2)."""
+    num = float(np.sum((np.asarray(measured) - reference) ** 2))
+    den = float(np.sum(np.asarray(reference) ** 2))
+    return float(np.sqrt(num / den)) if den > 0 else float(np.sqrt(num))

@@ -1,0 +1,148 @@
+"""Plane channel flows on D2Q9: Poiseuille (body force, optionally periodic) and Couette.
+
+Layout, shape (nx, ny): x periodic with nodes at (i + 0.5) dx; one solid row below and above the
+channel, so the half-way walls sit at y = 0 and y = H with fluid nodes at y_j = (j - 0.5) dx.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from kernels.lattices import lattice_by_name
+from solver import analytic
+from solver.cases.base import Case, RunData, check_mach, relative_l2, relaxation_rate
+from solver.config import ConfigError, CouetteConfig, PoiseuilleConfig, RunConfig
+from solver.fluid_setup import BodyForce, FluidSetup
+from solver.units import UnitConverter
+
+
+class ChannelCase(Case):
+    """Diagnostics: relative L2 error of the x-averaged u_x(y) profile against the analytic one."""
+
+    def profile(self, velocity: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Fluid-node y (m) and the x-averaged streamwise velocity (m/s)."""
+        y = self.coordinates()[1][1:-1]
+        u = self.units.to_physical_velocity(velocity[0, :, 1:-1].mean(axis=0))
+        return y, u
+
+    def diagnostics(self, data: RunData) -> dict:
+        y, u = self.profile(data.velocity)
+        time = self.units.to_physical_time(data.steps)
+        steady, transient = self.info["analytic"](y, time)
+        out = {
+            "time_s": time,
+            "velocity_l2_error": relative_l2(u, steady),
+            "u_max_measured": float(np.max(u)),
+            "u_max_exact": float(np.max(steady)),
+        }
+        if transient is not None:
+            out["velocity_l2_error_transient"] = relative_l2(u, transient)
+        return out
+
+
+def _channel(resolution: int, length: float, dx: float):
+    nx = max(1, int(round(length / dx)))
+    shape = (nx, resolution + 2)
+    solid = np.zeros(shape, dtype=bool)
+    solid[:, 0] = solid[:, -1] = True
+    return shape, solid, (0.0, -dx)
+
+
+def build_poiseuille(config: RunConfig) -> ChannelCase:
+    c: PoiseuilleConfig = config.case
+    fluid = config.fluid
+    if c.amplitude > 0 and c.angular_frequency <= 0:
+        raise ConfigError(
+            "case.angular_frequency", c.angular_frequency, "> 0 when case.amplitude > 0"
+        )
+    # velocity scale: the steady peak plus the largest periodic response, g_amp / omega
+    u_scale = c.u_max + (c.amplitude / c.angular_frequency if c.amplitude > 0 else 0.0)
+    if u_scale <= 0:
+        raise ConfigError("case.u_max", c.u_max, "> 0 (or a periodic force, case.amplitude > 0)")
+    lattice = lattice_by_name(fluid.lattice)
+    units = UnitConverter.from_scales(c.height, c.resolution, u_scale, fluid.u_lattice, c.density)
+    shape, solid, origin = _channel(c.resolution, c.length, units.dx)
+    omega = relaxation_rate(units, c.viscosity, fluid, "case.viscosity")
+    mach = check_mach(fluid.u_lattice, fluid)
+    g = 8.0 * c.viscosity * c.u_max / c.height**2  # m/s^2, steady part
+    periodic = c.amplitude > 0
+    force = BodyForce(
+        constant=(units.to_lattice_acceleration(g), 0.0),
+        amplitude=(units.to_lattice_acceleration(c.amplitude), 0.0) if periodic else None,
+        angular_frequency=units.to_lattice_frequency(c.angular_frequency),
+        phase=c.phase,
+    )
+    setup = FluidSetup(
+        lattice=lattice,
+        shape=shape,
+        omega=omega,
+        dtype=fluid.precision,
+        collision=fluid.collision,
+        trt_magic=fluid.trt_magic,
+        solid=solid,
+        body_force=force,
+    )
+    rho, nu, h = c.density, c.viscosity, c.height
+
+    def exact(y, t):
+        if periodic:
+            u = analytic.womersley_profile(
+                y, t, h, rho * c.amplitude, c.angular_frequency, rho, nu, c.phase, rho * g
+            )
+            return u, None
+        steady = analytic.poiseuille_profile(y, h, rho * g, rho, nu)
+        return steady, analytic.poiseuille_startup(y, t, h, rho * g, rho, nu)
+
+    return ChannelCase(
+        name="poiseuille",
+        setup=setup,
+        units=units,
+        density=np.ones(shape),
+        velocity=np.zeros((2,) + shape),
+        default_steps=units.steps_for(c.duration),
+        origin=origin,
+        mach=mach,
+        reynolds=u_scale * c.height / c.viscosity,
+        info={"analytic": exact, "acceleration_m_s2": g},
+    )
+
+
+def build_couette(config: RunConfig) -> ChannelCase:
+    c: CouetteConfig = config.case
+    fluid = config.fluid
+    lattice = lattice_by_name(fluid.lattice)
+    units = UnitConverter.from_scales(
+        c.height, c.resolution, c.wall_velocity, fluid.u_lattice, c.density
+    )
+    shape, solid, origin = _channel(c.resolution, c.length, units.dx)
+    omega = relaxation_rate(units, c.viscosity, fluid, "case.viscosity")
+    mach = check_mach(fluid.u_lattice, fluid)
+    wall_velocity = np.zeros((2,) + shape)
+    wall_velocity[0, :, -1] = fluid.u_lattice  # the upper wall moves along +x
+    setup = FluidSetup(
+        lattice=lattice,
+        shape=shape,
+        omega=omega,
+        dtype=fluid.precision,
+        collision=fluid.collision,
+        trt_magic=fluid.trt_magic,
+        solid=solid,
+        wall_velocity=wall_velocity,
+    )
+
+    def exact(y, t):
+        steady = analytic.couette_profile(y, c.height, c.wall_velocity)
+        return steady, analytic.couette_transient(y, t, c.height, c.wall_velocity, c.viscosity)
+
+    return ChannelCase(
+        name="couette",
+        setup=setup,
+        units=units,
+        density=np.ones(shape),
+        velocity=np.zeros((2,) + shape),
+        default_steps=units.steps_for(c.duration),
+        origin=origin,
+        mach=mach,
+        reynolds=c.wall_velocity * c.height / c.viscosity,
+        info={"analytic": exact},
+    )

@@ -1,0 +1,279 @@
+"""2D flow past a circular cylinder in a channel (default: Schaefer-Turek 2D-2, Re = 100).
+
+Schaefer & Turek (1996), "Benchmark computations of laminar flow around a cylinder", Notes on
+Numerical Fluid Mechanics 52, 547: channel 2.2 m x 0.41 m, cylinder of diameter 0.1 m centred at
+(0.2, 0.2), parabolic inflow with U_max = 1.5 m/s, nu = 1e-3 m^2/s; reference values
+Cd_max = 3.22..3.24, Cl_max = 0.99..1.01, St = 0.295..0.305 (with U_mean = 2/3 U_max).
+
+Lattice layout, shape (nx, ny): x = (i + 0.5) dx from the inlet; one solid row below and above
+the channel (half-way walls at y = 0 and y = H, so y_j = (j - 0.5) dx); velocity inlet at i = 0,
+pressure outlet (density 1) at i = nx - 1. The cylinder is a solid ``obstacle`` with the exact
+link fractions to the circle in ``wall_distance`` for interpolated bounce-back.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from kernels.lattices import lattice_by_name
+from solver.cases.base import Case, RunData, cells, check_mach, relaxation_rate
+from solver.config import ConfigError, CylinderConfig, RunConfig
+from solver.fluid_setup import FluidSetup, OpenBoundary
+from solver.units import UnitConverter
+
+MIN_CELLS_PER_DIAMETER = 4
+MIN_SHEDDING_AMPLITUDE = 0.05  # Cl amplitude below which the wake counts as steady
+MAX_PERIOD_SPREAD = 0.1  # allowed std / mean of the lift periods for a shedding frequency
+HYSTERESIS = 0.3  # fraction of the Cl amplitude the signal must drop below between crossings
+
+
+class CylinderCase(Case):
+    """The built cylinder case; diagnostics turn the force history into Cd, Cl and St."""
+
+    def diagnostics(self, data: RunData) -> dict:
+        if data.forces is None or len(data.forces) == 0:
+            return {}
+        cd, cl = force_coefficients(data.forces, self.info["u_mean_lattice"], self.info["d_cells"])
+        return coefficient_statistics(
+            cd,
+            cl,
+            dt=self.units.dt,
+            diameter=self.info["diameter"],
+            u_mean=self.info["u_mean"],
+            stats_fraction=self.info["stats_fraction"],
+        )
+
+
+def force_coefficients(
+    forces: np.ndarray, u_mean_lattice: float, diameter_cells: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """Drag and lift coefficients C = 2 F / (rho U_mean^2 D) in lattice units (rho = 1).
+
+    Args:
+        forces: (n, 2) lattice force per unit depth on the cylinder.
+    Returns:
+        cd, cl: (n,) each.
+    """
+    scale = 2.0 / (u_mean_lattice**2 * diameter_cells)
+    return forces[:, 0] * scale, forces[:, 1] * scale
+
+
+def coefficient_statistics(
+    cd: np.ndarray,
+    cl: np.ndarray,
+    dt: float,
+    diameter: float,
+    u_mean: float,
+    stats_fraction: float,
+) -> dict:
+    """Mean and extremes of Cd and Cl over the last ``stats_fraction`` of the history, and the
+    Strouhal number St = f D / U_mean from the upward zero crossings of Cl - mean(Cl).
+
+    St is None when fewer than two full lift periods fall in the window, when the Cl amplitude
+    is below 0.05, or when the periods scatter by more than 10% (a steady wake: what is left in
+    Cl is acoustic noise).
+    """
+    n = len(cd)
+    start = min(n - 1, int(n * (1.0 - stats_fraction)))
+    cd_w, cl_w = cd[start:], cl[start:]
+    out = {
+        "stats_window_s": [start * dt, n * dt],
+        "cd_mean": float(np.mean(cd_w)),
+        "cd_max": float(np.max(cd_w)),
+        "cl_mean": float(np.mean(cl_w)),
+        "cl_max": float(np.max(cl_w)),
+        "cl_amplitude": float(0.5 * (np.max(cl_w) - np.min(cl_w))),
+        "strouhal": None,
+        "shedding_frequency_hz": None,
+        "shedding_periods": 0,
+    }
+    signal = cl_w - np.mean(cl_w)
+    up = upward_crossings(signal, HYSTERESIS * out["cl_amplitude"])
+    if len(up) >= 3 and out["cl_amplitude"] > MIN_SHEDDING_AMPLITUDE:
+        # linear interpolation of each crossing inside its step
+        t_cross = (up + signal[up] / (signal[up] - signal[up + 1])) * dt
+        periods = np.diff(t_cross)
+        period = float(np.mean(periods))
+        # a steady wake leaves only acoustic noise in Cl: irregular crossings, no shedding
+        if np.std(periods) <= MAX_PERIOD_SPREAD * period:
+            out["shedding_frequency_hz"] = 1.0 / period
+            out["strouhal"] = diameter / (period * u_mean)
+            out["shedding_periods"] = int(len(up) - 1)
+    return out
+
+
+def upward_crossings(signal: np.ndarray, threshold: float) -> np.ndarray:
+    """Indices k with signal[k] < 0 <= signal[k + 1], counted only after the signal has been
+    below -threshold since the previous one (a Schmitt trigger: acoustic ripples on the lift
+    signal would otherwise add spurious crossings near zero)."""
+    below = signal < -threshold
+    crossings = np.nonzero((signal[:-1] < 0) & (signal[1:] >= 0))[0]
+    out, armed_from = [], 0
+    for k in crossings:
+        if below[armed_from : k + 1].any():
+            out.append(k)
+            armed_from = k + 1
+    return np.asarray(out, dtype=int)
+
+
+def build(config: RunConfig) -> CylinderCase:
+    c: CylinderConfig = config.case
+    fluid = config.fluid
+    lattice = lattice_by_name(fluid.lattice)
+    units = UnitConverter.from_scales(
+        c.diameter, c.resolution, c.u_max, fluid.u_lattice, rho0=c.density
+    )
+    dx = units.dx
+    if c.resolution < MIN_CELLS_PER_DIAMETER:
+        raise ConfigError(
+            "case.resolution", c.resolution, f">= {MIN_CELLS_PER_DIAMETER} cells per diameter"
+        )
+    nx = cells("case.length", c.length, c.length, dx, 3 * c.resolution)
+    nh = cells("case.height", c.height, c.height, dx, c.resolution + 2)
+    radius = 0.5 * c.diameter
+    xc, yc = c.center
+    # at least one fluid cell between the cylinder and each wall, two to the inlet and outlet
+    if not (radius + dx <= yc <= c.height - radius - dx):
+        raise ConfigError(
+            "case.center",
+            list(c.center),
+            f"y in [{radius + dx:.4g}, {c.height - radius - dx:.4g}] m "
+            "(cylinder at least one cell clear of both walls)",
+        )
+    if not (radius + 2 * dx <= xc <= c.length - radius - 2 * dx):
+        raise ConfigError(
+            "case.center",
+            list(c.center),
+            f"x in [{radius + 2 * dx:.4g}, {c.length - radius - 2 * dx:.4g}] m "
+            "(cylinder at least two cells clear of the inlet and outlet)",
+        )
+
+    shape = (nx, nh + 2)
+    origin = (0.0, -dx)
+    x = origin[0] + (np.arange(shape[0]) + 0.5) * dx
+    y = origin[1] + (np.arange(shape[1]) + 0.5) * dx
+    solid = np.zeros(shape, dtype=bool)
+    solid[:, 0] = solid[:, -1] = True
+
+    # the circle in index coordinates: node (i, j) sits at ((i, j) + 0.5) dx + origin
+    ci, cj = (xc - origin[0]) / dx - 0.5, (yc - origin[1]) / dx - 0.5
+    r = radius / dx
+    ii, jj = np.meshgrid(np.arange(shape[0]), np.arange(shape[1]), indexing="ij")
+    obstacle = ((ii - ci) ** 2 + (jj - cj) ** 2 <= r * r) & ~solid
+    solid |= obstacle
+    wall_distance = circle_link_fractions(lattice, shape, obstacle, solid, (ci, cj), r)
+
+    height = nh * dx  # the walls sit at y = 0 and y = nh dx
+    if c.inflow == "parabolic":
+        profile = 4.0 * c.u_max * y * (height - y) / height**2
+        u_mean = 2.0 / 3.0 * c.u_max
+    else:
+        profile = np.full_like(y, c.u_max)
+        u_mean = c.u_max
+    profile = np.where(solid[0], 0.0, profile)
+    u_lat = units.to_lattice_velocity(profile)
+    inlet_velocity = np.zeros((2, shape[1]))
+    inlet_velocity[0] = u_lat
+
+    omega = relaxation_rate(units, c.viscosity, fluid, "case.viscosity")
+    mach = check_mach(fluid.u_lattice, fluid)
+
+    setup = FluidSetup(
+        lattice=lattice,
+        shape=shape,
+        omega=omega,
+        dtype=fluid.precision,
+        collision=fluid.collision,
+        trt_magic=fluid.trt_magic,
+        solid=solid,
+        wall_distance=wall_distance,
+        obstacle=obstacle,
+        open_boundaries=(
+            OpenBoundary(axis=0, side="low", kind="velocity", velocity=inlet_velocity),
+            OpenBoundary(axis=0, side="high", kind="pressure", density=1.0),
+        ),
+    )
+
+    velocity = np.zeros((2,) + shape)
+    velocity[0] = u_lat[None, :]
+    velocity[1] = _perturbation(config.seed, x, y, height, c.length) * (
+        c.perturbation * fluid.u_lattice
+    )
+    velocity[:, solid] = 0.0
+
+    return CylinderCase(
+        name="cylinder",
+        setup=setup,
+        units=units,
+        density=np.ones(shape),
+        velocity=velocity,
+        default_steps=units.steps_for(c.duration),
+        origin=origin,
+        mach=mach,
+        reynolds=u_mean * c.diameter / c.viscosity,
+        png_field="vorticity",
+        measures_forces=True,
+        info={
+            "u_mean": u_mean,
+            "u_mean_lattice": units.to_lattice_velocity(u_mean),
+            "diameter": c.diameter,
+            "d_cells": 2.0 * r,
+            "stats_fraction": c.stats_fraction,
+            "channel_height_m": height,
+            "channel_length_m": nx * dx,
+            "obstacle_cells": int(obstacle.sum()),
+        },
+    )
+
+
+def circle_link_fractions(
+    lattice, shape, obstacle: np.ndarray, solid: np.ndarray, center, radius: float
+) -> np.ndarray:
+    """Link fractions for interpolated bounce-back.
+
+    For a fluid node x and a direction c_i whose neighbour x + c_i lies in the obstacle, the
+    fraction q in (0, 1] with |x + q c_i - center| = radius (the nearer root of the quadratic);
+    0.5 on every other link (flat walls half-way). All in index (cell) units.
+
+    Returns:
+        (q, *shape) array.
+    """
+    out = np.full((lattice.q,) + tuple(shape), 0.5)
+    ii, jj = np.meshgrid(np.arange(shape[0]), np.arange(shape[1]), indexing="ij")
+    px, py = ii - center[0], jj - center[1]
+    fluid = ~solid
+    for i in range(1, lattice.q):
+        cx, cy = (int(v) for v in lattice.c[i])
+        # neighbour x + c_i, no wrap-around: the cylinder is clear of the box edges
+        neighbour = np.zeros(shape, dtype=bool)
+        src = obstacle[
+            max(cx, 0) : shape[0] + min(cx, 0),
+            max(cy, 0) : shape[1] + min(cy, 0),
+        ]
+        neighbour[
+            max(-cx, 0) : shape[0] + min(-cx, 0),
+            max(-cy, 0) : shape[1] + min(-cy, 0),
+        ] = src
+        links = neighbour & fluid
+        a = cx * cx + cy * cy
+        b = px * cx + py * cy
+        c0 = px * px + py * py - radius * radius
+        disc = np.maximum(b * b - a * c0, 0.0)
+        q = (-b - np.sqrt(disc)) / a
+        out[i][links] = np.clip(q[links], 1e-6, 1.0)
+    return out
+
+
+def _perturbation(seed: int, x: np.ndarray, y: np.ndarray, height: float, length: float):
+    """Smooth random transverse field (nx, ny) with max |v| = 1, zero on the walls."""
+    rng = np.random.default_rng(seed)
+    field = np.zeros((len(x), len(y)))
+    for m in range(1, 4):
+        for n in range(1, 4):
+            amp, phase = rng.standard_normal(), rng.uniform(0, 2 * np.pi)
+            field += amp * np.outer(
+                np.sin(m * np.pi * x / length + phase),
+                np.sin(n * np.pi * np.clip(y, 0, height) / height),
+            )
+    peak = np.max(np.abs(field))
+    return field / peak if peak > 0 else field
