@@ -24,6 +24,7 @@ from jax import Array
 
 from kernels import boundaries, collision
 from kernels.equilibrium import density_velocity, equilibrium
+from kernels.lattices import CS2
 from kernels.streaming import shift, stream
 from solver.fluid_setup import FluidSetup
 
@@ -80,17 +81,40 @@ def make_geometry(setup: FluidSetup) -> FluidGeometry:
     )
 
 
-def initial_state(setup: FluidSetup, density: np.ndarray, velocity: np.ndarray) -> FluidState:
-    """Equilibrium populations for the given fields.
+def initial_state(
+    setup: FluidSetup,
+    density: np.ndarray,
+    velocity: np.ndarray,
+    velocity_gradient: np.ndarray | None = None,
+) -> FluidState:
+    """Populations for the given fields: equilibrium, plus the first-order non-equilibrium part
+    when the velocity gradient is known.
+
+    The Chapman-Enskog first-order part, f_i^(1) = -(tau w_i rho / c_s^2) Q_i : grad u with
+    Q_i = c_i c_i - c_s^2 I, starts the run on the viscous stress of the flow instead of zero
+    stress, which removes an initial layer that otherwise spoils convergence orders.
 
     Args:
         density: (*shape) lattice density.
         velocity: (d, *shape) lattice velocity.
+        velocity_gradient: None or (d, d, *shape) with [a, b] = d u_b / d x_a, lattice units.
     """
+    lat = setup.lattice
     rho = jnp.asarray(density, dtype=setup.dtype)
     u = jnp.asarray(velocity, dtype=setup.dtype)
-    feq = equilibrium(setup.lattice, rho, [u[a] for a in range(setup.lattice.d)])
-    return FluidState(populations=jnp.stack(feq), time=jnp.zeros((), jnp.int32))
+    f = equilibrium(lat, rho, [u[a] for a in range(lat.d)])
+    if velocity_gradient is not None:
+        grad = jnp.asarray(velocity_gradient, dtype=setup.dtype)
+        out = []
+        for i in range(lat.q):
+            contraction = sum(
+                (float(lat.c[i, a] * lat.c[i, b]) - (CS2 if a == b else 0.0)) * grad[a, b]
+                for a in range(lat.d)
+                for b in range(lat.d)
+            )
+            out.append(f[i] - (setup.tau * lat.w[i] / CS2) * rho * contraction)
+        f = tuple(out)
+    return FluidState(populations=jnp.stack(f), time=jnp.zeros((), jnp.int32))
 
 
 def body_force_at(setup: FluidSetup, time: Array) -> tuple | None:
