@@ -84,6 +84,11 @@ def likely_cause(case: Case) -> str:
             "case.resolution or fluid.u_lattice"
             + (", or use fluid.collision=trt)" if case.setup.collision == "bgk" else ")")
         )
+    if case.setup.collision == "trt" and case.setup.open_boundaries and case.tau < 0.535:
+        causes.append(
+            "TRT with an inlet/outlet below tau = 0.535 was seen to go unstable at the inlet "
+            "(try fluid.collision=bgk)"
+        )
     if case.mach > 0.2:
         causes.append(f"lattice Mach = {case.mach:.3f} is high (lower fluid.u_lattice)")
     if grid_re > 10:
