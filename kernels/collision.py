@@ -74,7 +74,7 @@ def guo_source(
         w = lattice.w[i]
         cf = project(lattice, i, force)
         cu = project(lattice, i, velocity)
-        even = w * (cu * cf / (CS2 * CS2) - uf / CS2)
-        odd = w * cf / CS2
+        even = w * (cu * cf * (1.0 / CS2**2) - uf * (1.0 / CS2))
+        odd = w * cf * (1.0 / CS2)
         out.append(even_factor * even + odd_factor * odd)
     return tuple(out)

@@ -40,15 +40,19 @@ def equilibrium(lattice: Lattice, density: Array, velocity: Sequence[Array]) -> 
     Returns:
         q arrays (*grid).
     """
+    # constant factors as Python floats so XLA sees multiplies: a divide is "expensive" to
+    # XLA, and a shared one (base) would be materialised as an extra full-size array
     usq = sum(velocity[a] * velocity[a] for a in range(lattice.d))
-    base = 1.0 - usq / (2.0 * CS2)
+    base = 1.0 - usq * (0.5 / CS2)
     out = []
     for i in range(lattice.q):
         cu = project(lattice, i, velocity)
         if i == 0 or isinstance(cu, float):
             out.append(lattice.w[i] * density * base)
         else:
-            out.append(lattice.w[i] * density * (base + cu / CS2 + cu * cu / (2.0 * CS2 * CS2)))
+            out.append(
+                lattice.w[i] * density * (base + cu * (1.0 / CS2) + cu * cu * (0.5 / CS2**2))
+            )
     return tuple(out)
 
 
