@@ -1,0 +1,66 @@
+"""The fast validation suite: every case at small sizes must pass its tolerances.
+
+Runs the same code as ``python -m validation --fast`` (about 2 minutes on 2 cores), one test per
+case so that a failure names the case and its rows.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from validation.__main__ import main
+from validation.cases import CASES
+from validation.context import Context
+from validation.ghia import load_ghia
+from validation.report import format_table
+
+
+def test_ghia_tables_spot_values() -> None:
+    """A few values quoted from Ghia, Ghia & Shin (1982), Tables I and II."""
+    re100, re1000 = load_ghia(100), load_ghia(1000)
+    assert re100.u[np.argmin(abs(re100.y - 0.9766))] == 0.84123
+    assert re100.u[np.argmin(abs(re100.y - 0.5))] == -0.20581
+    assert re100.v[np.argmin(abs(re100.x - 0.8047))] == -0.24533
+    assert re1000.u[np.argmin(abs(re1000.y - 0.5))] == -0.06080
+    assert re1000.u[np.argmin(abs(re1000.y - 0.1719))] == -0.38289
+    assert re1000.v[np.argmin(abs(re1000.x - 0.5))] == 0.02526
+    assert re1000.v[np.argmin(abs(re1000.x - 0.9063))] == -0.51550
+    for table in (re100, re1000):
+        assert len(table.y) == len(table.x) == 17
+        assert np.all(np.diff(table.y) > 0) and np.all(np.diff(table.x) > 0)
+        # no-slip walls and the lid
+        assert (table.u[0], table.u[-1], table.v[0], table.v[-1]) == (0.0, 1.0, 0.0, 0.0)
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_fast_case_passes(name: str, tmp_path: Path) -> None:
+    ctx = Context(fast=True, out=tmp_path, work=tmp_path / "runs")
+    result = CASES[name](ctx)
+    assert result.checks, f"{name} produced no checks"
+    assert result.passed, f"{name} failed:\n{format_table(result.checks)}"
+    for plot in result.plots:
+        size = (tmp_path / plot).stat().st_size
+        assert 0 < size < 200_000, f"{plot} is {size} bytes"
+
+
+def test_cli_writes_report_and_exit_code(tmp_path: Path, capsys) -> None:
+    assert main(["--fast", "--out", str(tmp_path), "couette"]) == 0
+    report = (tmp_path / "report.md").read_text()
+    assert "| couette |" in report and "couette.png" in report
+    assert "couette" in capsys.readouterr().out
+    assert main(["--out", str(tmp_path), "no_such_case"]) == 2
+
+
+def test_nan_error_fails_and_table_aligns() -> None:
+    from validation.report import Check, markdown_table
+
+    nan = float("nan")
+    ok = Check("a", "q", 1.0, 1.0, 0.0, 1e-3)
+    diverged = Check("b", "q", nan, 1.0, nan, 1e-3)
+    assert ok.passed and not diverged.passed
+    table = format_table([ok, diverged]).splitlines()
+    assert len({len(line.rstrip()) for line in table[:2]}) == 1
+    assert "FAIL" in table[-1] and "**FAIL**" in markdown_table([diverged])

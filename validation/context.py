@@ -1,0 +1,39 @@
+"""What every validation case receives: the size mode and where to write."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TypeVar
+
+from validation.runner import Simulation, simulate
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Context:
+    """Attributes:
+    fast: small grids and short runs (the test-suite variant).
+    out: report directory; plots are written here.
+    work: directory for the solver's own output, one sub-directory per run.
+    """
+
+    fast: bool
+    out: Path
+    work: Path
+
+    def pick(self, full: T, fast: T) -> T:
+        """The full-size or the fast value."""
+        return fast if self.fast else full
+
+    def simulate(self, case: str, label: str, overrides: list[str]) -> Simulation:
+        """Run the solver for one configuration of ``case``; ``label`` names the run."""
+        slug = re.sub(r"[^A-Za-z0-9_.-]+", "_", label).strip("_")
+        return simulate(overrides, self.work / case / slug, label)
+
+    def plot_path(self, name: str) -> tuple[Path, str]:
+        """Absolute path for a PNG and its path relative to the report directory."""
+        self.out.mkdir(parents=True, exist_ok=True)
+        return self.out / f"{name}.png", f"{name}.png"
