@@ -295,17 +295,16 @@ def make_chunk(
             pre[i] = jnp.where(incoming, bounced, pre[i])
         return pre, here, fluid
 
-    def open_boundaries(buffers: Sequence[Array], geo: dict, pre: list, fluid, faces) -> tuple:
-        """Replace every population on inlet and outlet faces (fluid nodes only).
+    def open_boundaries(buffers: Sequence[Array], geo: dict, pre: Sequence[Array]) -> tuple:
+        """Overwrite every population on inlet and outlet faces (fluid nodes only).
 
-        The plane one cell inside is recomputed from the buffers over that plane alone, and the
-        face values are merged by an elementwise select on a face mask: slicing the full-size
-        expressions or scattering into them would make XLA materialise all q arrays.
+        ``pre`` are materialised arrays; the plane one cell inside is recomputed from the
+        buffers over that plane alone and the face is written with an in-place update, so the
+        extrapolation costs face-sized work (a select against a face mask instead made XLA
+        evaluate it in every cell).
         """
-        new_faces = []
-        for ob, velocity, face_buffer in zip(
-            setup.open_boundaries, geo["open_velocity"], faces, strict=True
-        ):
+        pre = list(pre)
+        for ob, velocity in zip(setup.open_boundaries, geo["open_velocity"], strict=True):
             n = setup.shape[ob.axis]
             face, inner = (0, 1) if ob.side == "low" else (n - 1, n - 2)
             plane = [(0, size) for size in setup.shape]
@@ -316,26 +315,39 @@ def make_chunk(
                 values = boundaries.nonequilibrium_extrapolation(lat, neighbour, velocity=vel)
             else:
                 values = boundaries.nonequilibrium_extrapolation(lat, neighbour, density=ob.density)
-            # stored into a loop-carried buffer so that XLA materialises the face values
-            # instead of fusing (recomputing) the whole extrapolation into every cell
-            face_buffer = lax.dynamic_update_slice(
-                face_buffer, jnp.stack(values).astype(dtype), (0,) * (d + 1)
-            )
-            new_faces.append(face_buffer)
-            on_face = lax.broadcasted_iota(jnp.int32, setup.shape, ob.axis) == face
-            if fluid is not None:
-                on_face = on_face & fluid
-            pre = [jnp.where(on_face, face_buffer[i], p) for i, p in enumerate(pre)]
-        return pre, tuple(new_faces)
+            start = [0] * d
+            start[ob.axis] = face
+            if has_solid:
+                face_fluid = lax.index_in_dim(~geo["solid_interior"], face, ob.axis)
+                values = [
+                    jnp.where(face_fluid, v, lax.index_in_dim(p, face, ob.axis))
+                    for v, p in zip(values, pre, strict=True)
+                ]
+            pre = [
+                lax.dynamic_update_slice(p, v.astype(dtype), start)
+                for p, v in zip(pre, values, strict=True)
+            ]
+        return tuple(pre)
 
-    def pull(buffers: Sequence[Array], geo: dict, faces: tuple):
+    # With curved walls, inlets/outlets or force measurement the streamed populations are long
+    # expressions that every consumer (moments, q outputs, force sums) would recompute; they
+    # are written once into scratch buffers instead (an in-place update of a loop-carried
+    # array, which XLA cannot fuse away).
+    materialize = curved or bool(setup.open_boundaries) or any(obstacle_links)
+
+    def pull(buffers: Sequence[Array], geo: dict, scratch: tuple):
         """Pre-collision populations (q arrays (*shape)), the obstacle force (d,) and the
-        updated face buffers."""
+        scratch buffers they were written to (empty when not materialised)."""
         pre, here, fluid = walls(buffers, geo)
-        pre, faces = open_boundaries(buffers, geo, pre, fluid, faces)
+        if has_solid:
+            pre = [jnp.where(fluid, pre[i], lat.w[i]) for i in range(q)]
+        pre = [p.astype(dtype) for p in pre]
+        if materialize:
+            zero = (0,) * d
+            pre = [lax.dynamic_update_slice(s, p, zero) for s, p in zip(scratch, pre, strict=True)]
+            pre = open_boundaries(buffers, geo, pre)
+            scratch = tuple(pre)
         force = jnp.zeros((d,), dtype)
-        if not has_solid:
-            return tuple(p.astype(dtype) for p in pre), force, faces
         if any(obstacle_links):
             at_obstacle = [
                 fluid & upstream(geo["obstacle"], lat.c[i]) if obstacle_links[i] else None
@@ -343,14 +355,7 @@ def make_chunk(
             ]
             force = jnp.stack(boundaries.momentum_exchange(lat, here, pre, at_obstacle))
             force = force.astype(dtype)
-        pre = tuple(jnp.where(fluid, pre[i], lat.w[i]).astype(dtype) for i in range(q))
-        return pre, force, faces
-
-    # With curved walls, inlets/outlets or force measurement the streamed populations are long
-    # expressions that every consumer (moments, q outputs, force sums) would recompute; they
-    # are written once into scratch buffers instead (an in-place update of a loop-carried
-    # array, which XLA cannot fuse away): 2x faster on the cylinder without inlet/outlet.
-    materialize = curved or bool(setup.open_boundaries) or any(obstacle_links)
+        return tuple(pre), force, scratch
 
     def advance(src, dst, scratch, geo: dict, time: Array, after: Array | None = None):
         """One step: pull from ``src`` (post-collision at time-1), collide, write ``dst``.
@@ -359,24 +364,18 @@ def make_chunk(
         on it; otherwise XLA may schedule that force sum (which reads the buffer written here)
         late and protects the buffer with q full copies per step.
         """
-        pops, faces = scratch
-        pre, force, faces = pull(src, geo, faces)
-        if materialize:
-            zero = (0,) * d
-            pops = tuple(
-                lax.dynamic_update_slice(s, p, zero) for s, p in zip(pops, pre, strict=True)
-            )
-            pre = pops
+        pre, force, scratch = pull(src, geo, scratch)
         post = collide(pre, time)
         if after is not None and any(obstacle_links):
             post = tuple(p + 0.0 * after[0] for p in post)
         dst = tuple(write_padded(dst[i], post[i], lat.c[i]) for i in range(q))
-        return dst, (pops, faces), force
+        return dst, scratch, force
 
     def padded_geometry(geometry: FluidGeometry) -> dict:
         geo = {"open_velocity": geometry.open_velocity}
         if has_solid:
             geo["solid"] = pad_periodic(geometry.solid)
+            geo["solid_interior"] = geometry.solid
             if curved:
                 geo["wall_distance"] = pad_periodic(geometry.wall_distance, lead=1)
             if any(obstacle_links):
@@ -393,12 +392,7 @@ def make_chunk(
         b = tuple(jnp.zeros_like(p) for p in a)
         forces = []
 
-        pops = tuple(jnp.zeros(setup.shape, dtype) for _ in range(q)) if materialize else ()
-        faces = tuple(
-            jnp.zeros((q, *setup.shape[: ob.axis], 1, *setup.shape[ob.axis + 1 :]), dtype)
-            for ob in setup.open_boundaries
-        )
-        scratch = (pops, faces)
+        scratch = tuple(jnp.zeros(setup.shape, dtype) for _ in range(q)) if materialize else ()
 
         # two steps per iteration, a -> b -> a, so the loop carry never swaps buffers
         # (a swapped carry makes XLA insert full copies)
@@ -418,7 +412,7 @@ def make_chunk(
             b, scratch, f = advance(a, b, scratch, geo, t0 + n - 1)
             a = b
             forces.append(f[None])
-        pre, f, _ = pull(a, geo, scratch[1])
+        pre, f, _ = pull(a, geo, scratch)
         forces.append(f[None])
         new_state = FluidState(populations=jnp.stack(pre), time=t0 + n)
         return new_state, jnp.concatenate(forces)
