@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from kernels.lattices import CS2
+from kernels.lattices import CS2, Lattice
 from solver.config import MAX_MACH, ConfigError, FluidConfig
 from solver.fluid_setup import FluidSetup
 from solver.units import UnitConverter, mach
@@ -148,3 +148,19 @@ def relative_l2(measured: np.ndarray, reference: np.ndarray) -> float:
     num = float(np.sum((np.asarray(measured) - reference) ** 2))
     den = float(np.sum(np.asarray(reference) ** 2))
     return float(np.sqrt(num / den)) if den > 0 else float(np.sqrt(num))
+
+
+def fluid_setup(
+    fluid: FluidConfig, lattice: Lattice, shape: tuple[int, ...], omega: float, **geometry
+) -> FluidSetup:
+    """A FluidSetup with the collision and precision chosen in the ``fluid`` config group;
+    ``geometry`` holds the case's solid mask, walls, obstacle, open boundaries and force."""
+    return FluidSetup(
+        lattice=lattice,
+        shape=shape,
+        omega=omega,
+        dtype=fluid.precision,
+        collision=fluid.collision,
+        trt_magic=fluid.trt_magic,
+        **geometry,
+    )

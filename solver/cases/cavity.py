@@ -10,9 +10,8 @@ from __future__ import annotations
 import numpy as np
 
 from kernels.lattices import lattice_by_name
-from solver.cases.base import Case, RunData, check_mach, relaxation_rate
+from solver.cases.base import Case, RunData, check_mach, fluid_setup, relaxation_rate
 from solver.config import CavityConfig, RunConfig
-from solver.fluid_setup import FluidSetup
 from solver.units import UnitConverter
 
 
@@ -61,13 +60,11 @@ def build(config: RunConfig) -> CavityCase:
     solid[1:-1, 1:-1] = False
     wall_velocity = np.zeros((2,) + shape)
     wall_velocity[0, 1:-1, -1] = fluid.u_lattice
-    setup = FluidSetup(
-        lattice=lattice,
-        shape=shape,
-        omega=omega,
-        dtype=fluid.precision,
-        collision=fluid.collision,
-        trt_magic=fluid.trt_magic,
+    setup = fluid_setup(
+        fluid,
+        lattice,
+        shape,
+        omega,
         solid=solid,
         wall_velocity=wall_velocity,
     )

@@ -10,9 +10,9 @@ import numpy as np
 
 from kernels.lattices import lattice_by_name
 from solver import analytic
-from solver.cases.base import Case, RunData, check_mach, relative_l2, relaxation_rate
+from solver.cases.base import Case, RunData, check_mach, fluid_setup, relative_l2, relaxation_rate
 from solver.config import ConfigError, CouetteConfig, PoiseuilleConfig, RunConfig
-from solver.fluid_setup import BodyForce, FluidSetup
+from solver.fluid_setup import BodyForce
 from solver.units import UnitConverter
 
 
@@ -72,13 +72,11 @@ def build_poiseuille(config: RunConfig) -> ChannelCase:
         angular_frequency=units.to_lattice_frequency(c.angular_frequency),
         phase=c.phase,
     )
-    setup = FluidSetup(
-        lattice=lattice,
-        shape=shape,
-        omega=omega,
-        dtype=fluid.precision,
-        collision=fluid.collision,
-        trt_magic=fluid.trt_magic,
+    setup = fluid_setup(
+        fluid,
+        lattice,
+        shape,
+        omega,
         solid=solid,
         body_force=force,
     )
@@ -119,13 +117,11 @@ def build_couette(config: RunConfig) -> ChannelCase:
     mach = check_mach(fluid.u_lattice, fluid)
     wall_velocity = np.zeros((2,) + shape)
     wall_velocity[0, :, -1] = fluid.u_lattice  # the upper wall moves along +x
-    setup = FluidSetup(
-        lattice=lattice,
-        shape=shape,
-        omega=omega,
-        dtype=fluid.precision,
-        collision=fluid.collision,
-        trt_magic=fluid.trt_magic,
+    setup = fluid_setup(
+        fluid,
+        lattice,
+        shape,
+        omega,
         solid=solid,
         wall_velocity=wall_velocity,
     )

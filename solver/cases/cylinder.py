@@ -16,9 +16,9 @@ from __future__ import annotations
 import numpy as np
 
 from kernels.lattices import lattice_by_name
-from solver.cases.base import Case, RunData, cells, check_mach, relaxation_rate
+from solver.cases.base import Case, RunData, cells, check_mach, fluid_setup, relaxation_rate
 from solver.config import ConfigError, CylinderConfig, RunConfig
-from solver.fluid_setup import FluidSetup, OpenBoundary
+from solver.fluid_setup import OpenBoundary
 from solver.units import UnitConverter
 
 MIN_CELLS_PER_DIAMETER = 4
@@ -178,13 +178,11 @@ def build(config: RunConfig) -> CylinderCase:
     omega = relaxation_rate(units, c.viscosity, fluid, "case.viscosity")
     mach = check_mach(fluid.u_lattice, fluid)
 
-    setup = FluidSetup(
-        lattice=lattice,
-        shape=shape,
-        omega=omega,
-        dtype=fluid.precision,
-        collision=fluid.collision,
-        trt_magic=fluid.trt_magic,
+    setup = fluid_setup(
+        fluid,
+        lattice,
+        shape,
+        omega,
         solid=solid,
         wall_distance=wall_distance,
         obstacle=obstacle,

@@ -11,9 +11,9 @@ import numpy as np
 
 from kernels.lattices import lattice_by_name
 from solver import analytic
-from solver.cases.base import Case, RunData, check_mach, relative_l2, relaxation_rate
+from solver.cases.base import Case, RunData, check_mach, fluid_setup, relative_l2, relaxation_rate
 from solver.config import DuctConfig, RunConfig
-from solver.fluid_setup import BodyForce, FluidSetup
+from solver.fluid_setup import BodyForce
 from solver.units import UnitConverter
 
 
@@ -53,13 +53,11 @@ def build(config: RunConfig) -> DuctCase:
     # the profile is linear in the force: scale a unit-force solution to the wanted peak
     centre = analytic.duct_profile(0.5 * c.side, 0.5 * c.side, c.side, c.side, 1.0, 1.0, 1.0)
     g = c.u_max * c.viscosity / float(centre)
-    setup = FluidSetup(
-        lattice=lattice,
-        shape=shape,
-        omega=omega,
-        dtype=fluid.precision,
-        collision=fluid.collision,
-        trt_magic=fluid.trt_magic,
+    setup = fluid_setup(
+        fluid,
+        lattice,
+        shape,
+        omega,
         solid=solid,
         body_force=BodyForce(constant=(units.to_lattice_acceleration(g), 0.0, 0.0)),
     )

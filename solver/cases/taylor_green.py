@@ -14,9 +14,8 @@ import numpy as np
 
 from kernels.lattices import lattice_by_name
 from solver import analytic
-from solver.cases.base import Case, RunData, check_mach, relative_l2, relaxation_rate
+from solver.cases.base import Case, RunData, check_mach, fluid_setup, relative_l2, relaxation_rate
 from solver.config import RunConfig, TaylorGreenConfig
-from solver.fluid_setup import FluidSetup
 from solver.units import UnitConverter
 
 
@@ -74,13 +73,11 @@ def build(config: RunConfig) -> TaylorGreenCase:
     omega = relaxation_rate(units, c.viscosity, fluid, "case.viscosity")
     mach = check_mach(fluid.u_lattice, fluid)
     shape = (c.resolution,) * lattice.d
-    setup = FluidSetup(
-        lattice=lattice,
-        shape=shape,
-        omega=omega,
-        dtype=fluid.precision,
-        collision=fluid.collision,
-        trt_magic=fluid.trt_magic,
+    setup = fluid_setup(
+        fluid,
+        lattice,
+        shape,
+        omega,
     )
     case = TaylorGreenCase(
         name="taylor_green",
