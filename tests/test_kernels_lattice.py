@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from kernels import collision
-from kernels.equilibrium import density_velocity, equilibrium, momentum
+from kernels.equilibrium import density_velocity, equilibrium, momentum, stress
 from kernels.lattices import CS2, LATTICES, lattice_by_name
 from kernels.streaming import stream
 
@@ -112,3 +112,26 @@ def test_stream_moves_each_population_along_its_velocity(lat):
         dest = tuple((o + c) % n for o, c, n in zip(origin, lat.c[i], shape, strict=True))
         assert out[(i, *dest)] == i + 1
         assert out[i].sum() == i + 1
+
+
+@pytest.mark.parametrize("lat", ALL, ids=lambda lat: lat.name)
+def test_stress_of_first_order_populations_is_newtonian(lat):
+    """Populations built from a velocity gradient carry sigma = rho nu (grad u + grad u^T)."""
+    from solver.fluid_setup import FluidSetup
+    from solver.fluid_step import initial_state
+
+    shape = (3, 3, 3)[: lat.d]
+    tau = 0.8
+    setup = FluidSetup(lat, shape, 1 / tau, dtype="float64")
+    rng = np.random.default_rng(2)
+    grad = 1e-3 * rng.standard_normal((lat.d, lat.d))
+    grad -= np.trace(grad) / lat.d * np.eye(lat.d)  # incompressible: trace-free
+    rho = np.full(shape, 1.1)
+    grad_field = np.broadcast_to(grad.reshape(grad.shape + (1,) * lat.d), grad.shape + shape)
+    state = initial_state(setup, rho, np.zeros((lat.d, *shape)), grad_field)
+    f = [state.populations[i] for i in range(lat.q)]
+    feq = equilibrium(lat, jnp.asarray(rho), jnp.zeros((lat.d, *shape)))
+    sigma = stress(lat, f, feq, 1 / tau)
+    nu = (tau - 0.5) * CS2
+    for (a, b), value in sigma.items():
+        np.testing.assert_allclose(value, 1.1 * nu * (grad[a, b] + grad[b, a]), atol=1e-15)
