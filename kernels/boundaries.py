@@ -56,7 +56,7 @@ def halfway_bounce_back(
         bounced = post_collision[int(lattice.opposite[i])]
         if wall_velocity is not None and wall_velocity[i] is not None:
             cu = project(lattice, i, wall_velocity[i])
-            bounced = bounced + (2.0 * lattice.w[i] / CS2) * density * cu
+            bounced = bounced + (2.0 * float(lattice.w[i]) / CS2) * density * cu
         out.append(jnp.where(incoming[i], bounced, streamed[i]))
     return tuple(out)
 
@@ -173,5 +173,5 @@ def project_second_order(lattice: Lattice, neq: Populations) -> tuple[Array, ...
             qab = float(lattice.c[i, a] * lattice.c[i, b]) - (CS2 if a == b else 0.0)
             if qab != 0.0:
                 contraction = contraction + (qab if a == b else 2.0 * qab) * value
-        out.append(lattice.w[i] / (2.0 * CS2 * CS2) * contraction)
+        out.append(float(lattice.w[i]) / (2.0 * CS2 * CS2) * contraction)
     return tuple(out)

@@ -71,7 +71,7 @@ def guo_source(
     odd_factor = 1.0 - 0.5 * omega_minus
     out = []
     for i in range(lattice.q):
-        w = lattice.w[i]
+        w = float(lattice.w[i])
         cf = project(lattice, i, force)
         cu = project(lattice, i, velocity)
         even = w * (cu * cf * (1.0 / CS2**2) - uf * (1.0 / CS2))

@@ -48,10 +48,10 @@ def equilibrium(lattice: Lattice, density: Array, velocity: Sequence[Array]) -> 
     for i in range(lattice.q):
         cu = project(lattice, i, velocity)
         if i == 0 or isinstance(cu, float):
-            out.append(lattice.w[i] * density * base)
+            out.append(float(lattice.w[i]) * density * base)
         else:
             out.append(
-                lattice.w[i] * density * (base + cu * (1.0 / CS2) + cu * cu * (0.5 / CS2**2))
+                float(lattice.w[i]) * density * (base + cu * (1.0 / CS2) + cu * cu * (0.5 / CS2**2))
             )
     return tuple(out)
 

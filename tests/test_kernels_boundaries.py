@@ -151,3 +151,18 @@ def test_inlet_and_outlet_by_nonequilibrium_extrapolation():
     np.testing.assert_allclose(flux[1], flux[-1], rtol=0.002)
     # developed flow mid-channel is the inflow parabola, up to compressibility (rho varies ~1%)
     np.testing.assert_allclose(u[0, nx // 2, 1:-1], profile[1:-1], rtol=0.02)
+
+
+def test_float32_state_stays_float32_in_x64_mode():
+    """x64 mode is on in the tests; NumPy float64 constants must not promote a float32 run."""
+    shape, solid = channel(D2Q9)
+    setup = FluidSetup(D2Q9, shape, 1 / 0.8, solid=solid, body_force=BodyForce((1e-5, 0.0)))
+    state = initial_state(setup, np.ones(shape), np.zeros((2, *shape)))
+    assert state.populations.dtype == np.float32
+    chunk = jax.jit(make_chunk(setup), static_argnums=2)
+    geometry = make_geometry(setup)
+    for _ in range(2):  # the second call reuses the compiled program with the same dtypes
+        state, forces = chunk(state, geometry, 3)
+    assert state.populations.dtype == np.float32
+    rho, u = macroscopic(setup, state)
+    assert rho.dtype == np.float32 and u.dtype == np.float32
