@@ -38,6 +38,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -128,7 +129,9 @@ def initial_fields(setup: FluidSetup) -> tuple[np.ndarray, np.ndarray]:
     return np.ones(shape), velocity
 
 
-def _compile_chunk(setup: FluidSetup, steps: int):
+def _compile_chunk(
+    setup: FluidSetup, steps: int
+) -> tuple[Callable[[Any], Any], Any, jax.stages.Compiled]:
     """The solver chunk, jitted as the run loop does; returns (advance(state), state, compiled).
 
     Works with both chunk(state, n) and chunk(state, geometry, n).
@@ -155,7 +158,7 @@ def _compile_chunk(setup: FluidSetup, steps: int):
     return advance, state, compiled
 
 
-def peak_bytes(compiled) -> float:
+def peak_bytes(compiled: jax.stages.Compiled) -> float:
     """Peak device memory of one call from XLA's memory analysis, in bytes (nan if unknown)."""
     try:
         mem = compiled.memory_analysis()
