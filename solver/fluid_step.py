@@ -33,7 +33,7 @@ import numpy as np
 from jax import Array, lax
 
 from kernels import boundaries, collision
-from kernels.equilibrium import density_velocity, equilibrium, project
+from kernels.equilibrium import density_velocity, equilibrium
 from kernels.lattices import CS2
 from solver.fluid_setup import FluidSetup
 
@@ -277,27 +277,29 @@ def make_chunk(
         here = [upstream(buffers[i], zero, region) for i in range(q)]  # f_i*(x)
         solid = geo["solid"]
         fluid = ~upstream(solid, zero, region)
-        for i in range(1, q):
-            if not wall_links[i]:
-                continue
-            j = int(lat.opposite[i])
-            incoming = fluid & upstream(solid, lat.c[i], region)
-            bounced = here[j]
-            if curved:
-                qd = upstream(geo["wall_distance"][j], zero, region)
-                near = 2.0 * qd * here[j] + (1.0 - 2.0 * qd) * pre[j]
-                if wall_links[j]:
-                    # the second fluid node is itself next to a wall: fall back to half-way
-                    near = jnp.where(upstream(solid, lat.c[j], region), here[j], near)
-                inv = 1.0 / (2.0 * qd)
-                far = inv * here[j] + (1.0 - inv) * here[i]
-                bounced = jnp.where(qd < 0.5, near, far)
-            elif moving:
-                # Ladd's term with the reference density 1 (the wall node's own density is not
-                # at hand in pull form without re-reading all q directions)
-                wall_u = [upstream(geo["wall_velocity"][a], lat.c[i], region) for a in range(d)]
-                bounced = bounced + (2.0 * float(lat.w[i]) / CS2) * project(lat, i, wall_u)
-            pre[i] = jnp.where(incoming, bounced, pre[i])
+        incoming = [
+            fluid & upstream(solid, lat.c[i], region) if wall_links[i] else None for i in range(q)
+        ]
+        if curved:
+            distance = [
+                upstream(geo["wall_distance"][int(lat.opposite[i])], zero, region)
+                if wall_links[i]
+                else None
+                for i in range(q)
+            ]
+            pre = boundaries.interpolated_bounce_back(lat, pre, here, incoming, distance)
+        else:
+            wall_u = None
+            if moving:
+                wall_u = [
+                    [upstream(geo["wall_velocity"][a], lat.c[i], region) for a in range(d)]
+                    if wall_links[i]
+                    else None
+                    for i in range(q)
+                ]
+            # Ladd's term with the reference density 1: the wall node's own density is not at
+            # hand in pull form without re-reading all q directions
+            pre = boundaries.halfway_bounce_back(lat, pre, here, incoming, 1.0, wall_u)
         return pre, here, fluid
 
     def open_boundaries(buffers: Sequence[Array], geo: dict, pre: Sequence[Array]) -> tuple:
