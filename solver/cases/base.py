@@ -164,3 +164,28 @@ def fluid_setup(
         trt_magic=fluid.trt_magic,
         **geometry,
     )
+
+
+@dataclass(frozen=True)
+class LatticeScales:
+    """What every case derives from its physical scales: units, omega and lattice Mach."""
+
+    units: UnitConverter
+    omega: float
+    mach: float
+
+
+def lattice_scales(
+    fluid: FluidConfig,
+    length: float,
+    resolution: int,
+    velocity: float,
+    viscosity: float,
+    density: float,
+    viscosity_key: str = "case.viscosity",
+) -> LatticeScales:
+    """dx from ``length / resolution``, dt from mapping ``velocity`` (m/s) to fluid.u_lattice;
+    tau and Mach checked (ConfigError naming the keys)."""
+    units = UnitConverter.from_scales(length, resolution, velocity, fluid.u_lattice, density)
+    omega = relaxation_rate(units, viscosity, fluid, viscosity_key)
+    return LatticeScales(units, omega, check_mach(fluid.u_lattice, fluid))

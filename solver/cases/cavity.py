@@ -10,9 +10,13 @@ from __future__ import annotations
 import numpy as np
 
 from kernels.lattices import lattice_by_name
-from solver.cases.base import Case, RunData, check_mach, fluid_setup, relaxation_rate
+from solver.cases.base import (
+    Case,
+    RunData,
+    fluid_setup,
+    lattice_scales,
+)
 from solver.config import CavityConfig, RunConfig
-from solver.units import UnitConverter
 
 
 class CavityCase(Case):
@@ -49,11 +53,16 @@ def build(config: RunConfig) -> CavityCase:
     c: CavityConfig = config.case
     fluid = config.fluid
     lattice = lattice_by_name(fluid.lattice)
-    units = UnitConverter.from_scales(
-        c.length, c.resolution, c.lid_velocity, fluid.u_lattice, c.density
+    scales = lattice_scales(
+        fluid,
+        c.length,
+        c.resolution,
+        c.lid_velocity,
+        c.viscosity,
+        c.density,
+        "case.re (nu = U L / Re)",
     )
-    omega = relaxation_rate(units, c.viscosity, fluid, "case.re (nu = U L / Re)")
-    mach = check_mach(fluid.u_lattice, fluid)
+    units, omega, mach = scales.units, scales.omega, scales.mach
     n = c.resolution
     shape = (n + 2, n + 2)
     solid = np.ones(shape, dtype=bool)

@@ -10,10 +10,15 @@ import numpy as np
 
 from kernels.lattices import lattice_by_name
 from solver import analytic
-from solver.cases.base import Case, RunData, check_mach, fluid_setup, relative_l2, relaxation_rate
+from solver.cases.base import (
+    Case,
+    RunData,
+    fluid_setup,
+    lattice_scales,
+    relative_l2,
+)
 from solver.config import ConfigError, CouetteConfig, PoiseuilleConfig, RunConfig
 from solver.fluid_setup import BodyForce
-from solver.units import UnitConverter
 
 
 class ChannelCase(Case):
@@ -60,10 +65,9 @@ def build_poiseuille(config: RunConfig) -> ChannelCase:
     if u_scale <= 0:
         raise ConfigError("case.u_max", c.u_max, "> 0 (or a periodic force, case.amplitude > 0)")
     lattice = lattice_by_name(fluid.lattice)
-    units = UnitConverter.from_scales(c.height, c.resolution, u_scale, fluid.u_lattice, c.density)
+    scales = lattice_scales(fluid, c.height, c.resolution, u_scale, c.viscosity, c.density)
+    units, omega, mach = scales.units, scales.omega, scales.mach
     shape, solid, origin = _channel(c.resolution, c.length, units.dx)
-    omega = relaxation_rate(units, c.viscosity, fluid, "case.viscosity")
-    mach = check_mach(fluid.u_lattice, fluid)
     g = 8.0 * c.viscosity * c.u_max / c.height**2  # m/s^2, steady part
     periodic = c.amplitude > 0
     force = BodyForce(
@@ -109,12 +113,9 @@ def build_couette(config: RunConfig) -> ChannelCase:
     c: CouetteConfig = config.case
     fluid = config.fluid
     lattice = lattice_by_name(fluid.lattice)
-    units = UnitConverter.from_scales(
-        c.height, c.resolution, c.wall_velocity, fluid.u_lattice, c.density
-    )
+    scales = lattice_scales(fluid, c.height, c.resolution, c.wall_velocity, c.viscosity, c.density)
+    units, omega, mach = scales.units, scales.omega, scales.mach
     shape, solid, origin = _channel(c.resolution, c.length, units.dx)
-    omega = relaxation_rate(units, c.viscosity, fluid, "case.viscosity")
-    mach = check_mach(fluid.u_lattice, fluid)
     wall_velocity = np.zeros((2,) + shape)
     wall_velocity[0, :, -1] = fluid.u_lattice  # the upper wall moves along +x
     setup = fluid_setup(

@@ -11,10 +11,15 @@ import numpy as np
 
 from kernels.lattices import lattice_by_name
 from solver import analytic
-from solver.cases.base import Case, RunData, check_mach, fluid_setup, relative_l2, relaxation_rate
+from solver.cases.base import (
+    Case,
+    RunData,
+    fluid_setup,
+    lattice_scales,
+    relative_l2,
+)
 from solver.config import DuctConfig, RunConfig
 from solver.fluid_setup import BodyForce
-from solver.units import UnitConverter
 
 
 class DuctCase(Case):
@@ -41,9 +46,8 @@ def build(config: RunConfig) -> DuctCase:
     c: DuctConfig = config.case
     fluid = config.fluid
     lattice = lattice_by_name(fluid.lattice)
-    units = UnitConverter.from_scales(c.side, c.resolution, c.u_max, fluid.u_lattice, c.density)
-    omega = relaxation_rate(units, c.viscosity, fluid, "case.viscosity")
-    mach = check_mach(fluid.u_lattice, fluid)
+    scales = lattice_scales(fluid, c.side, c.resolution, c.u_max, c.viscosity, c.density)
+    units, omega, mach = scales.units, scales.omega, scales.mach
     dx = units.dx
     nx = max(1, int(round(c.length / dx)))
     n = c.resolution

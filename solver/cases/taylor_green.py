@@ -14,9 +14,14 @@ import numpy as np
 
 from kernels.lattices import lattice_by_name
 from solver import analytic
-from solver.cases.base import Case, RunData, check_mach, fluid_setup, relative_l2, relaxation_rate
+from solver.cases.base import (
+    Case,
+    RunData,
+    fluid_setup,
+    lattice_scales,
+    relative_l2,
+)
 from solver.config import RunConfig, TaylorGreenConfig
-from solver.units import UnitConverter
 
 
 class TaylorGreenCase(Case):
@@ -69,9 +74,8 @@ def build(config: RunConfig) -> TaylorGreenCase:
         nodes = np.linspace(0.0, c.length, 65)
         probe = TaylorGreenCase.exact_fields(c, 3, [nodes] * 3, 0.0)[0]
         peak = float(np.max(np.sqrt(np.sum(probe**2, axis=0))))
-    units = UnitConverter.from_scales(c.length, c.resolution, peak, fluid.u_lattice, c.density)
-    omega = relaxation_rate(units, c.viscosity, fluid, "case.viscosity")
-    mach = check_mach(fluid.u_lattice, fluid)
+    scales = lattice_scales(fluid, c.length, c.resolution, peak, c.viscosity, c.density)
+    units, omega, mach = scales.units, scales.omega, scales.mach
     shape = (c.resolution,) * lattice.d
     setup = fluid_setup(
         fluid,
