@@ -1,10 +1,18 @@
 # Quick start: `make run` (default case) and `make test` (whole suite). Both create .venv if needed.
+# `make test` also installs what the MPI and Slurm tests need: as root on Debian/Ubuntu the system
+# packages below (skipped when present), then mpi4py, mpi4jax and the Hydra Slurm launcher.
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
+TEST_STAMP := $(VENV)/.installed-test-stamp
+APT_PACKAGES := slurm-wlm munge libopenmpi-dev openmpi-bin
+# mpi4jax builds its CUDA extension when it finds CUDA headers under CUDA_PATH (or next to nvcc);
+# an empty folder builds the CPU-only extension, which is what a machine with nvcc but no CUDA
+# runtime needs. On a GPU cluster: `make test MPI4JAX_CUDA_PATH=/usr/local/cuda`.
+MPI4JAX_CUDA_PATH ?= $(CURDIR)/$(VENV)/no-cuda
 
-.PHONY: run test lint format validate bench clean
+.PHONY: run test lint format validate bench clean system-packages
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -14,10 +22,40 @@ $(STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
+# Debian packages of the Slurm/MPI tests; only as root and only those missing (reruns stay fast).
+# Not root, or no apt: nothing is installed and the tests that need them skip.
+system-packages:
+	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		missing=""; \
+		for p in $(APT_PACKAGES); do \
+			dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q 'install ok installed' \
+				|| missing="$$missing $$p"; \
+		done; \
+		if [ -n "$$missing" ]; then \
+			echo "installing:$$missing"; \
+			DEBIAN_FRONTEND=noninteractive apt-get update -q \
+			&& DEBIAN_FRONTEND=noninteractive apt-get install -y -q $$missing; \
+		fi; \
+	fi
+
+# The test extras. mpi4py and mpi4jax compile against the system MPI, so the `mpi` extra is
+# installed only where `mpicc` exists; without it the stamp is not written and the next run retries.
+$(TEST_STAMP): $(STAMP) pyproject.toml | system-packages
+	@extras=dev,slurm; \
+	if command -v mpicc >/dev/null; then extras=dev,slurm,mpi; fi; \
+	mkdir -p "$(MPI4JAX_CUDA_PATH)"; \
+	echo "pip install -e .[$$extras]"; \
+	CUDA_PATH="$(MPI4JAX_CUDA_PATH)" $(BIN)/python -m pip install --quiet -e ".[$$extras]" || exit 1; \
+	if [ $$extras = dev,slurm,mpi ]; then \
+		touch $(TEST_STAMP); \
+	else \
+		echo "no MPI compiler (mpicc): mpi4py and mpi4jax not installed; the MPI tests skip"; \
+	fi
+
 run: $(STAMP)
 	$(BIN)/python -m solver $(ARGS)
 
-test: $(STAMP)
+test: $(TEST_STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)

@@ -116,7 +116,8 @@ def _hydra_main(cfg: DictConfig) -> None:
         fail(f"bad configuration: {err}", EXIT_CONFIG)
     except DivergenceError as err:
         fail(f"{err} (output so far in {output_dir})", EXIT_DIVERGED)
-    print("\n".join(summary_lines(outcome.summary)), flush=True)
+    if outcome.density is not None:  # process 0 of a multi-process run, or the only one
+        print("\n".join(summary_lines(outcome.summary)), flush=True)
 
 
 def main() -> None:

@@ -63,6 +63,12 @@ class OutputConfig:
 
 
 @dataclass(frozen=True)
+class DomainConfig:
+    mesh: str | tuple[int, ...]  # a preset name or shards per axis
+    halo: str  # "xla" | "mpi"
+
+
+@dataclass(frozen=True)
 class CylinderConfig:
     length: float  # m
     height: float  # m
@@ -166,6 +172,7 @@ class RunConfig:
     case: CaseConfig
     fluid: FluidConfig
     output: OutputConfig
+    domain: DomainConfig
     steps: int | None  # None: the case's default
     chunk: int
     seed: int
@@ -291,6 +298,24 @@ def _output(s: _Section) -> OutputConfig:
     )
 
 
+def _domain(s: _Section) -> DomainConfig:
+    from solver.distributed.decomposition import PRESETS
+    from solver.distributed.runtime import HALOS
+
+    mesh = s.raw("mesh")
+    if isinstance(mesh, str):
+        mesh = s.choice("mesh", PRESETS)
+    elif isinstance(mesh, (list, tuple)) and 1 <= len(mesh) <= 3:
+        if not all(isinstance(m, int) and not isinstance(m, bool) and m >= 1 for m in mesh):
+            raise ConfigError(s.key("mesh"), list(mesh), "positive integers, one per axis")
+        mesh = tuple(mesh)
+    else:
+        raise ConfigError(
+            s.key("mesh"), mesh, f"one of {', '.join(PRESETS)} or a list of shards per axis"
+        )
+    return DomainConfig(mesh=mesh, halo=s.choice("halo", HALOS))
+
+
 def _cylinder(s: _Section) -> CylinderConfig:
     return CylinderConfig(
         length=s.positive("length"),
@@ -402,6 +427,7 @@ def from_dict(data: dict) -> RunConfig:
         case=case,
         fluid=fluid,
         output=_output(_Section("output", root.raw("output"))),
+        domain=_domain(_Section("domain", root.raw("domain"))),
         steps=root.integer("steps", allow_none=True),
         chunk=root.integer("chunk"),
         seed=root.integer("seed", low=0),

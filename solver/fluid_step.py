@@ -35,7 +35,11 @@ from jax import Array, lax
 from kernels import boundaries, collision
 from kernels.equilibrium import density_velocity, equilibrium
 from kernels.lattices import CS2
+from solver.distributed.decomposition import neighbour_offsets
+from solver.distributed.halo import Halo, SingleHalo
 from solver.fluid_setup import FluidSetup
+
+SINGLE = SingleHalo()
 
 
 @jax.tree_util.register_dataclass
@@ -154,10 +158,25 @@ def _linked_directions(setup: FluidSetup, mask: np.ndarray | None) -> list[bool]
 # ---------------------------------------------------------------- padded-buffer helpers
 
 
-def pad_periodic(field: Array, lead: int = 0) -> Array:
-    """(*lead_axes, *shape) -> (*lead_axes, *(shape + 2)) with periodic ghost layers."""
-    width = [(0, 0)] * lead + [(1, 1)] * (field.ndim - lead)
-    return jnp.pad(field, width, mode="wrap")
+def pad_with_halo(field: Array, lead: int = 0, halo: Halo = SINGLE) -> Array:
+    """(*lead_axes, *shape) -> (*lead_axes, *(shape + 2)) with every ghost layer (faces, edges,
+    corners) filled by ``halo``: periodic on one device, from the neighbours when sharded."""
+    d = field.ndim - lead
+    shape = field.shape[lead:]
+    padded = jnp.pad(field, [(0, 0)] * lead + [(1, 1)] * d)
+    for offset in neighbour_offsets(d):
+        moving = tuple(a for a, o in enumerate(offset) if o)
+        for axes, src_start, src_size, ghost_start in ghost_regions(offset, shape):
+            if axes == moving:  # the region only this offset reads
+                block = lax.slice(
+                    field,
+                    [0] * lead + src_start,
+                    list(field.shape[:lead])
+                    + [s + n for s, n in zip(src_start, src_size, strict=True)],
+                )
+                block = halo.shift(block, offset)
+                padded = lax.dynamic_update_slice(padded, block, [0] * lead + ghost_start)
+    return padded
 
 
 def upstream(
@@ -178,9 +197,11 @@ def upstream(
 def ghost_regions(offset: Sequence[int], shape: Sequence[int]):
     """The ghost regions that a pull along ``offset`` reads, and where their values come from.
 
-    Yields (source_start, source_size, ghost_start): a block of the unpadded interior array and
-    the padded index where it lands. Faces, edges and corners are all covered, which matters for
-    diagonal directions (edges in D3Q19, corners in D3Q27).
+    Yields (axes, source_start, source_size, ghost_start): the axes the region lies outside the
+    interior along, a block of the unpadded interior array and the padded index where it lands.
+    On one device the block is this array's own opposite edge (periodic); sharded, the same
+    block of the neighbouring shard at ``-offset`` along ``axes``. Faces, edges and corners are
+    all covered, which matters for diagonal directions (edges in D3Q19, corners in D3Q27).
     """
     moving = [a for a, o in enumerate(offset) if o != 0]
     for r in range(1, len(moving) + 1):
@@ -196,20 +217,23 @@ def ghost_regions(offset: Sequence[int], shape: Sequence[int]):
                     src_start.append(0)
                     src_size.append(n)
                     ghost_start.append(1)
-            yield src_start, src_size, ghost_start
+            yield axes, src_start, src_size, ghost_start
 
 
-def write_padded(buffer: Array, interior: Array, offset: Sequence[int]) -> Array:
+def write_padded(
+    buffer: Array, interior: Array, offset: Sequence[int], halo: Halo = SINGLE
+) -> Array:
     """Store ``interior`` (*shape) into a padded buffer and fill the ghosts a pull along
-    ``offset`` will read, periodically, from ``interior`` itself (not from the buffer: reading
-    the buffer back makes XLA copy the whole array)."""
+    ``offset`` will read from ``interior`` itself (not from the buffer: reading the buffer back
+    makes XLA copy the whole array), through ``halo`` (periodic wrap or a neighbour's block)."""
     d = interior.ndim
     buffer = lax.dynamic_update_slice(buffer, interior, (1,) * d)
-    for src_start, src_size, ghost_start in ghost_regions(offset, interior.shape):
+    for axes, src_start, src_size, ghost_start in ghost_regions(offset, interior.shape):
         block = lax.slice(
             interior, src_start, [s + n for s, n in zip(src_start, src_size, strict=True)]
         )
-        buffer = lax.dynamic_update_slice(buffer, block, ghost_start)
+        shift = [int(o) if a in axes else 0 for a, o in enumerate(offset)]
+        buffer = lax.dynamic_update_slice(buffer, halo.shift(block, shift), ghost_start)
     return buffer
 
 
@@ -217,12 +241,18 @@ def write_padded(buffer: Array, interior: Array, offset: Sequence[int]) -> Array
 
 
 def make_chunk(
-    setup: FluidSetup,
+    setup: FluidSetup, halo: Halo = SINGLE
 ) -> Callable[[FluidState, FluidGeometry, int], tuple[FluidState, Array]]:
     """Build chunk(state, geometry, n) -> (state after n steps, forces (n, d)).
 
     ``n`` is static; the caller jits with static_argnums=2 and donates the state. The forces
-    are the momentum-exchange force on ``setup.obstacle`` at each step, lattice units.
+    are the momentum-exchange force on ``setup.obstacle`` at each step, lattice units, summed
+    over all shards.
+
+    ``setup`` describes the global problem (which directions touch walls is decided on it, so
+    every shard traces the same program); ``state`` and ``geometry`` hold this shard's block,
+    and ``halo`` fills the ghost layers and tells which global faces the block touches. With
+    the default ``SingleHalo`` the block is the whole grid with periodic edges.
     """
     lat = setup.lattice
     q, d = lat.q, lat.d
@@ -312,9 +342,10 @@ def make_chunk(
         """
         pre = list(pre)
         for ob, velocity in zip(setup.open_boundaries, geo["open_velocity"], strict=True):
-            n = setup.shape[ob.axis]
+            local_shape = pre[0].shape
+            n = local_shape[ob.axis]
             face, inner = (0, 1) if ob.side == "low" else (n - 1, n - 2)
-            plane = [(0, size) for size in setup.shape]
+            plane = [(0, size) for size in local_shape]
             plane[ob.axis] = (inner, 1)
             neighbour, _, _ = walls(buffers, geo, plane)
             if ob.kind == "velocity":
@@ -324,10 +355,16 @@ def make_chunk(
                 values = boundaries.nonequilibrium_extrapolation(lat, neighbour, density=ob.density)
             start = [0] * d
             start[ob.axis] = face
+            # solid face nodes, and every node of a shard away from the global face, keep
+            # their own values
+            edge = halo.at_edge(ob.axis, ob.side)
+            keep = None if edge is True else ~jnp.asarray(edge)
             if has_solid:
-                face_fluid = lax.index_in_dim(~geo["solid_interior"], face, ob.axis)
+                solid_face = lax.index_in_dim(geo["solid_interior"], face, ob.axis)
+                keep = solid_face if keep is None else keep | solid_face
+            if keep is not None:
                 values = [
-                    jnp.where(face_fluid, v, lax.index_in_dim(p, face, ob.axis))
+                    jnp.where(keep, lax.index_in_dim(p, face, ob.axis), v)
                     for v, p in zip(values, pre, strict=True)
                 ]
             pre = [
@@ -375,31 +412,33 @@ def make_chunk(
         post = collide(pre, time)
         if after is not None and any(obstacle_links):
             post = tuple(p + 0.0 * after[0] for p in post)
-        dst = tuple(write_padded(dst[i], post[i], lat.c[i]) for i in range(q))
+        dst = tuple(write_padded(dst[i], post[i], lat.c[i], halo) for i in range(q))
         return dst, scratch, force
 
     def padded_geometry(geometry: FluidGeometry) -> dict:
         geo = {"open_velocity": geometry.open_velocity}
         if has_solid:
-            geo["solid"] = pad_periodic(geometry.solid)
+            geo["solid"] = pad_with_halo(geometry.solid, 0, halo)
             geo["solid_interior"] = geometry.solid
             if curved:
-                geo["wall_distance"] = pad_periodic(geometry.wall_distance, lead=1)
+                geo["wall_distance"] = pad_with_halo(geometry.wall_distance, 1, halo)
             if any(obstacle_links):
-                geo["obstacle"] = pad_periodic(geometry.obstacle)
+                geo["obstacle"] = pad_with_halo(geometry.obstacle, 0, halo)
             if moving:
-                geo["wall_velocity"] = pad_periodic(geometry.wall_velocity, lead=1)
+                geo["wall_velocity"] = pad_with_halo(geometry.wall_velocity, 1, halo)
         return geo
 
     def chunk(state: FluidState, geometry: FluidGeometry, n: int) -> tuple[FluidState, Array]:
         geo = padded_geometry(geometry)
         t0 = state.time
         post = collide([state.populations[i] for i in range(q)], t0)
-        a = tuple(pad_periodic(p) for p in post)
+        a = tuple(pad_with_halo(p, 0, halo) for p in post)
         b = tuple(jnp.zeros_like(p) for p in a)
         forces = []
 
-        scratch = tuple(jnp.zeros(setup.shape, dtype) for _ in range(q)) if materialize else ()
+        # zeros_like keeps the shard-varying type inside shard_map (a scan carry must keep it)
+        zero = jnp.zeros_like(state.populations[0])
+        scratch = tuple(zero for _ in range(q)) if materialize else ()
 
         # two steps per iteration, a -> b -> a, so the loop carry never swaps buffers
         # (a swapped carry makes XLA insert full copies)
@@ -422,7 +461,10 @@ def make_chunk(
         pre, f, _ = pull(a, geo, scratch)
         forces.append(f[None])
         new_state = FluidState(populations=jnp.stack(pre), time=t0 + n)
-        return new_state, jnp.concatenate(forces)
+        forces = jnp.concatenate(forces)
+        if any(obstacle_links):
+            forces = halo.sum(forces)
+        return new_state, forces
 
     return chunk
 
@@ -443,17 +485,18 @@ def macroscopic(
 ) -> tuple[Array, Array]:
     """Density (*shape) and velocity (d, *shape) in lattice units at the state's time.
 
-    Solid nodes report density 1 and the wall velocity (zero for resting walls).
+    Solid nodes report density 1 and the wall velocity (zero for resting walls). Elementwise,
+    so it runs unchanged on one shard's block or on a sharded global array; ``geometry`` must
+    match ``state`` (None: the setup's global arrays).
     """
     lat = setup.lattice
     f = state.populations
     rho, u = density_velocity(lat, [f[i] for i in range(lat.q)], body_force_at(setup, state.time))
     u = jnp.stack(u)
-    if setup.solid is not None:
-        solid = jnp.asarray(setup.solid)
+    geometry = make_geometry(setup) if geometry is None else geometry
+    if geometry.solid is not None:
+        solid = geometry.solid
         rho = jnp.where(solid, 1.0, rho).astype(f.dtype)
-        wall_u = (
-            jnp.zeros_like(u) if setup.wall_velocity is None else jnp.asarray(setup.wall_velocity)
-        )
+        wall_u = jnp.zeros_like(u) if geometry.wall_velocity is None else geometry.wall_velocity
         u = jnp.where(solid[None], wall_u, u).astype(f.dtype)
     return rho, u

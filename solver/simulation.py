@@ -20,7 +20,9 @@ import numpy as np
 
 from solver.cases import Case, RunData, build_case
 from solver.config import RunConfig
-from solver.fluid_step import initial_state, macroscopic, make_chunk, make_geometry
+from solver.distributed.distribution import distribute
+from solver.distributed.runtime import Runtime, start
+from solver.fluid_step import initial_state, macroscopic
 from solver.output.fields import FieldWriter
 from solver.output.plots import save_field_png
 from solver.output.summary import ForceLog, write_run_json
@@ -48,28 +50,48 @@ class Outcome:
         case: the built case.
         summary: the contents of run.json.
         output_dir: where the files are.
-        density: (*shape) final density in kg/m^3; velocity: (d, *shape) in m/s.
+        density: (*shape) final density in kg/m^3; velocity: (d, *shape) in m/s; both None on
+            processes other than 0 of a multi-process run.
     """
 
     case: Case
     summary: dict
     output_dir: Path
-    density: np.ndarray = field(repr=False)
-    velocity: np.ndarray = field(repr=False)
+    density: np.ndarray | None = field(repr=False)
+    velocity: np.ndarray | None = field(repr=False)
 
 
-def _health(setup):
-    """jit-able check: (any bad fluid node, flat index of the first bad one)."""
-    fluid = None if setup.solid is None else jnp.asarray(~setup.solid)
+def _health(populations, solid):
+    """jit-able check: (any bad fluid node, flat index of the first bad one, its density)."""
+    rho = jnp.sum(populations, axis=0)
+    bad = ~jnp.isfinite(rho) | (rho <= 0)
+    if solid is not None:
+        bad = bad & ~solid
+    where = jnp.argmax(bad.ravel())
+    return jnp.any(bad), where, rho.ravel()[where]
 
-    def check(populations):
-        rho = jnp.sum(populations, axis=0)
-        bad = ~jnp.isfinite(rho) | (rho <= 0)
-        if fluid is not None:
-            bad = bad & fluid
-        return jnp.any(bad), jnp.argmax(bad.ravel())
 
-    return check
+def _process_logging(output_dir: Path, runtime: Runtime) -> None:
+    """In a multi-process run every process logs to logs/process_<i>.log in the output folder;
+    only process 0 keeps the console."""
+    if runtime.process_count == 1:
+        return
+    logs = output_dir / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    handler = logging.FileHandler(logs / f"process_{runtime.process_index}.log")
+    handler.setFormatter(
+        logging.Formatter(
+            f"[%(asctime)s][process {runtime.process_index}][%(name)s][%(levelname)s] %(message)s"
+        )
+    )
+    root = logging.getLogger()
+    if not runtime.is_root:
+        for h in list(root.handlers):
+            if isinstance(h, logging.StreamHandler) and not isinstance(h, logging.FileHandler):
+                root.removeHandler(h)
+    root.addHandler(handler)
+    if root.level > logging.INFO or root.level == logging.NOTSET:
+        root.setLevel(logging.INFO)
 
 
 def likely_cause(case: Case) -> str:
@@ -122,15 +144,24 @@ def simulate(
 ) -> Outcome:
     """Run a validated config; write fields.h5/xdmf, PNG, forces.csv, run.json into output_dir.
 
+    In a multi-process run every process calls this; process 0 writes the files (into its
+    ``output_dir``, which all processes adopt) and returns the fields, the others return
+    ``density``/``velocity`` None.
+
     Raises:
-        ConfigError: from building the case (before anything is traced).
+        ConfigError: from building the case or checking the decomposition (before anything
+            is traced).
         DivergenceError: after writing run.json with status "diverged".
     """
     t_start = time.perf_counter()
-    output_dir = Path(output_dir)
+    runtime = start(config.domain.halo)
+    output_dir = Path(runtime.broadcast_text(str(output_dir)))
     output_dir.mkdir(parents=True, exist_ok=True)
+    _process_logging(output_dir, runtime)
     case = build_case(config) if case is None else case
     setup, units = case.setup, case.units
+    dist = distribute(runtime, config.domain.mesh, setup.shape)
+    root = dist.is_root
     total = config.steps if config.steps is not None else case.default_steps
     chunk = min(config.chunk, total)
     d = setup.lattice.d
@@ -146,10 +177,17 @@ def simulate(
         case.reynolds,
         total,
     )
+    log.info(
+        "domain: mesh %s (%s halo), blocks of %s cells, %d process(es)",
+        "x".join(str(m) for m in dist.decomposition.mesh),
+        dist.backend,
+        "x".join(str(n) for n in dist.decomposition.local_shape),
+        runtime.process_count,
+    )
 
     outputs: dict[str, str] = {}
     writer = None
-    if config.output.fields:
+    if config.output.fields and root:
         writer = FieldWriter(
             output_dir,
             setup.shape,
@@ -167,20 +205,28 @@ def simulate(
         outputs["fields_h5"] = str(writer.h5_path)
         outputs["fields_xdmf"] = str(writer.xdmf_path)
     force_log = None
-    if case.measures_forces:
+    if case.measures_forces and root:
         scale = 2.0 / (case.info["u_mean_lattice"] ** 2 * case.info["d_cells"])
         force_log = ForceLog(output_dir / "forces.csv", d, units.dt, scale)
         outputs["forces_csv"] = str(force_log.path)
 
-    state = initial_state(setup, case.density, case.velocity)
-    geometry = make_geometry(setup)
-    chunk_fn = jax.jit(make_chunk(setup), static_argnums=2, donate_argnums=0)
-    macro_fn = jax.jit(lambda s: macroscopic(setup, s, geometry))
-    health_fn = jax.jit(_health(setup))
+    state = initial_state(
+        setup, dist.put(case.density, 0, setup.dtype), dist.put(case.velocity, 1, setup.dtype)
+    )
+    geometry = dist.geometry(setup)
+    chunk_fn = dist.chunk(setup)
+    macro_fn = jax.jit(lambda s, g: macroscopic(setup, s, g))
+    health_fn = jax.jit(_health)
+
+    def lattice_fields(state) -> tuple[np.ndarray | None, np.ndarray | None]:
+        rho, u = macro_fn(state, geometry)
+        return dist.gather(rho), dist.gather(u, 1)
 
     def fields_si(state):
-        rho, u = macro_fn(state)
-        return units.to_physical_density(np.asarray(rho)), units.to_physical_velocity(np.asarray(u))
+        rho, u = lattice_fields(state)
+        if rho is None:
+            return None, None
+        return units.to_physical_density(rho), units.to_physical_velocity(u)
 
     def base_summary(status: str, steps: int) -> dict:
         return {
@@ -199,7 +245,13 @@ def simulate(
             "precision": setup.dtype,
             "shape": list(setup.shape),
             "cells": setup.cells,
-            "devices": [str(dev) for dev in jax.devices()],
+            "devices": dist.devices,
+            "domain": {
+                "mesh": list(dist.decomposition.mesh),
+                "halo": dist.backend,
+                "processes": runtime.process_count,
+                "local_shape": list(dist.decomposition.local_shape),
+            },
             "config": config.resolved,
             "units": {**units.as_dict(), "origin": list(case.origin)},
             "case_info": {k: v for k, v in case.info.items() if _json_scalar(v)},
@@ -208,24 +260,30 @@ def simulate(
 
     timing = {"mlups": 0.0, "compile": 0.0}
     schedule = output_steps(total, config.output.every)
-    if writer is not None:
+    # every process takes part in the gather; process 0 alone holds a writer
+    if config.output.fields:
         rho, u = fields_si(state)
-        writer.write(0, 0.0, rho, u)
+        if writer is not None:
+            writer.write(0, 0.0, rho, u)
     forces: list[np.ndarray] = []
     compiled: set[int] = set()
     timed_steps, timed_seconds = 0, 0.0
     done = 0
     label = f"{case.name} {setup.lattice.name}"
     with Progress(
-        total, units.dt, setup.cells, interactive, config.output.log_interval, label
+        total,
+        units.dt,
+        setup.cells,
+        interactive if root else False,
+        config.output.log_interval,
+        label,
     ) as bar:
         while done < total:
             next_output = next((s for s in schedule if s > done), total)
             n = min(chunk, total - done, next_output - done)
             t0 = time.perf_counter()
             state, chunk_forces = chunk_fn(state, geometry, n)
-            bad, where = health_fn(state.populations)
-            bad = bool(bad)  # waits for the chunk
+            bad = dist.first_bad(*health_fn(state.populations, geometry.solid))  # waits
             seconds = time.perf_counter() - t0
             if n in compiled:
                 timed_steps += n
@@ -239,14 +297,13 @@ def simulate(
                 else setup.cells * n / seconds / 1e6
             )
             if force_log is not None:
-                host_forces = np.asarray(chunk_forces, dtype=np.float64)
+                host_forces = np.asarray(_replicated(chunk_forces), dtype=np.float64)
                 force_log.append(done + 1, host_forces)
                 forces.append(host_forces)
             done += n
-            if bad:
-                index = np.unravel_index(int(where), setup.shape)
+            if bad is not None:
+                index, rho_bad = bad
                 position = [case.origin[a] + (int(i) + 0.5) * units.dx for a, i in enumerate(index)]
-                rho_bad = float(np.asarray(jnp.sum(state.populations, axis=0))[index])
                 cause = likely_cause(case)
                 message = (
                     f"diverged at step {done} (t = {units.to_physical_time(done):.4g} s): "
@@ -263,14 +320,21 @@ def simulate(
                 }
                 summary["diagnostics"] = {}
                 summary["outputs"]["run_json"] = str(output_dir / "run.json")
-                summary = write_run_json(output_dir / "run.json", summary)
+                if root:
+                    summary = write_run_json(output_dir / "run.json", summary)
                 raise DivergenceError(message, summary, output_dir)
-            if writer is not None and done in schedule:
+            if config.output.fields and done in schedule:
                 rho, u = fields_si(state)
-                writer.write(done, units.to_physical_time(done), rho, u)
+                if writer is not None:
+                    writer.write(done, units.to_physical_time(done), rho, u)
             bar.update(done, timing["mlups"])
 
-    rho_lat, u_lat = (np.asarray(a, dtype=np.float64) for a in macro_fn(state))
+    rho_lat, u_lat = lattice_fields(state)
+    if not root:
+        summary = base_summary("completed", done)
+        summary["diagnostics"] = {}
+        return Outcome(case, summary, output_dir, density=None, velocity=None)
+    rho_lat, u_lat = rho_lat.astype(np.float64), u_lat.astype(np.float64)
     data = RunData(
         steps=done,
         density=rho_lat,
@@ -303,6 +367,13 @@ def simulate(
     return Outcome(
         case=case, summary=summary, output_dir=output_dir, density=density, velocity=velocity
     )
+
+
+def _replicated(array) -> np.ndarray:
+    """A replicated device array on the host (also when other processes hold copies)."""
+    if getattr(array, "is_fully_addressable", True):
+        return np.asarray(array)
+    return np.asarray(array.addressable_data(0))
 
 
 def _json_scalar(value) -> bool:

@@ -1,0 +1,107 @@
+# Body shared by the sbatch templates: sourced (not run) by the batch shell, with the overrides of
+# `sbatch TEMPLATE OVERRIDE...` as its arguments. It sets the environment of a JAX + MPI job,
+# starts one solver process per task with `srun --mpi=pmix`, and turns Slurm's warning signal
+# (USR1, `--signal=B:USR1@120`) into a forwarded USR1 for the solver and a requeue of the job.
+#
+# Variables it honours (all optional; export them before `sbatch`, which passes the environment on):
+#   SOLVER_PYTHON         python to run (default: $SOLVER_ROOT/.venv/bin/python if present,
+#                         else `python` from PATH)
+#   SOLVER_GPUS_PER_NODE  GPUs per node (default: from the allocation, SLURM_GPUS_PER_NODE or
+#                         SLURM_GPUS_ON_NODE). With 0 the run is on CPU: JAX_PLATFORMS
+#                         defaults to cpu.
+#   SOLVER_RUN_DIR        Hydra run directory (default: outputs/${SLURM_JOB_NAME}_${SLURM_JOB_ID},
+#                         relative to the submit directory; the same after a requeue)
+#   SOLVER_MAX_REQUEUES   how often the job may requeue itself on the warning signal (default 0
+#                         until the solver resumes from checkpoints: a requeued run restarts;
+#                         0 turns it off)
+#   SOLVER_SIGNAL_GRACE_S seconds the solver gets to stop after the forwarded USR1 (default 90;
+#                         keep it below the @N of --signal)
+
+set -euo pipefail
+
+: "${SOLVER_ROOT:=${SLURM_SUBMIT_DIR:-$PWD}}"
+if [[ -z "${SOLVER_PYTHON:-}" ]]; then
+    if [[ -x "$SOLVER_ROOT/.venv/bin/python" ]]; then
+        SOLVER_PYTHON="$SOLVER_ROOT/.venv/bin/python"
+    else
+        SOLVER_PYTHON=python
+    fi
+fi
+# GPUs per node as asked for (--gpus-per-node, which may carry a type: "h100:4"), or as granted
+# (--gres); empty when unknown, and then JAX finds the devices by itself.
+gpus_per_node="${SOLVER_GPUS_PER_NODE:-${SLURM_GPUS_PER_NODE:-${SLURM_GPUS_ON_NODE:-}}}"
+gpus_per_node="${gpus_per_node##*:}"
+tasks_per_node="${SLURM_NTASKS_PER_NODE:-${SLURM_TASKS_PER_NODE%%(*}}"
+run_dir="${SOLVER_RUN_DIR:-outputs/${SLURM_JOB_NAME}_${SLURM_JOB_ID}}"
+max_requeues="${SOLVER_MAX_REQUEUES:-0}"
+grace_s="${SOLVER_SIGNAL_GRACE_S:-90}"
+
+# One task per GPU: every task sees all GPUs of its node and JAX's Slurm detection gives task
+# SLURM_LOCALID the GPU of the same index, so the counts must agree.
+if [[ -n "$gpus_per_node" && "$gpus_per_node" != 0 && "$tasks_per_node" != "$gpus_per_node" ]]
+then
+    echo "solver_job: ${tasks_per_node} tasks per node but ${gpus_per_node} GPUs per node;" \
+        "set --ntasks-per-node equal to --gpus-per-node (one task per GPU)" >&2
+    exit 2
+fi
+if [[ "$gpus_per_node" == 0 ]]; then
+    export JAX_PLATFORMS="${JAX_PLATFORMS:-cpu}"
+fi
+
+# --- JAX on GPU -------------------------------------------------------------------------------
+# JAX reserves 75% of each GPU's memory at start. One process per GPU makes that safe; lower the
+# fraction if MPI/UCX or NCCL need device memory of their own (out-of-memory at the first halo
+# exchange), or set XLA_PYTHON_CLIENT_PREALLOCATE=false to allocate on demand (slower).
+# export XLA_PYTHON_CLIENT_MEM_FRACTION=0.70
+# export XLA_PYTHON_CLIENT_PREALLOCATE=false
+
+# --- MPI (domain.halo=mpi) --------------------------------------------------------------------
+# mpi4jax sends device buffers directly only with a CUDA-aware MPI; check with
+#   ompi_info --parsable --all | grep mpi_built_with_cuda_support:value
+# and then set MPI4JAX_USE_CUDA_MPI=1. Otherwise halos are staged through host memory.
+# export MPI4JAX_USE_CUDA_MPI=1
+# Open MPI over UCX (InfiniBand, NVLink) on most GPU clusters:
+# export OMPI_MCA_pml=ucx
+# export UCX_TLS=rc,sm,cuda_copy,cuda_ipc,gdr_copy
+# export UCX_RNDV_THRESH=8192
+# Open MPI as root (containers) refuses to start unless told:
+# export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+
+srun_args=(--mpi=pmix --kill-on-bad-exit=1)
+# Since Slurm 22.05 srun no longer inherits --cpus-per-task from the allocation.
+if [[ -n "${SLURM_CPUS_PER_TASK:-}" ]]; then
+    srun_args+=(--cpus-per-task="$SLURM_CPUS_PER_TASK")
+fi
+
+echo "solver_job: job ${SLURM_JOB_ID} (restart ${SLURM_RESTART_COUNT:-0})" \
+    "on ${SLURM_JOB_NODELIST}: ${SLURM_NTASKS} tasks, ${gpus_per_node:-?} GPUs per node," \
+    "run dir ${run_dir}"
+
+warned=0
+on_warning() {
+    warned=1
+    echo "solver_job: time limit near (USR1); asking the solver to stop" >&2
+    kill -USR1 "$solver_pid" 2>/dev/null || true
+    local waited=0
+    while kill -0 "$solver_pid" 2>/dev/null && ((waited < grace_s)); do
+        sleep 1
+        waited=$((waited + 1))
+    done
+    if ((${SLURM_RESTART_COUNT:-0} < max_requeues)); then
+        echo "solver_job: requeueing job ${SLURM_JOB_ID}" >&2
+        scontrol requeue "$SLURM_JOB_ID"
+    fi
+}
+trap on_warning USR1
+
+# In the background, so that the batch shell runs its trap as soon as the signal arrives.
+srun "${srun_args[@]}" "$SOLVER_PYTHON" -m solver "hydra.run.dir=${run_dir}" "$@" &
+solver_pid=$!
+status=0
+wait "$solver_pid" || status=$?
+if ((warned)); then
+    # The signal interrupted `wait` (status 138); bash kept the solver's own exit status.
+    status=0
+    wait "$solver_pid" || status=$?
+fi
+exit "$status"

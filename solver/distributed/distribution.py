@@ -1,0 +1,226 @@
+"""Placing a run on its devices: sharding, the compiled chunk, gathering and global checks.
+
+A ``Distribution`` joins a started ``Runtime`` to the ``Decomposition`` of one grid. The run
+loop talks to it only between chunks:
+
+- ``put`` / ``geometry``: host arrays of the whole grid -> device arrays (a global array
+  sharded over the mesh for ``xla``; this process's block for ``mpi``).
+- ``chunk``: the compiled fluid chunk, wrapped in ``shard_map`` for ``xla`` or given the MPI
+  halo for ``mpi``; on one device the plain chunk.
+- ``gather``: a field back on the host of process 0 (None on the others). Within one process
+  it is a device-to-host copy; across processes ``xla`` gathers with an all-gather (every
+  process briefly holds the whole field) and ``mpi`` with ``MPI_Gather`` to rank 0.
+- ``first_bad``: the global position of the first diverged cell, from every shard's check.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import Array
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from solver.config import ConfigError
+from solver.distributed.decomposition import Decomposition, choose_mesh
+from solver.distributed.halo import MpiHalo, XlaHalo
+from solver.distributed.runtime import Runtime
+from solver.fluid_setup import FluidSetup
+from solver.fluid_step import FluidGeometry, FluidState, make_chunk
+
+
+class Distribution:
+    """One grid on the runtime's devices.
+
+    Attributes:
+        runtime: the started runtime.
+        decomposition: the checked split of the grid.
+        backend: "single" (one shard), "xla" or "mpi".
+    """
+
+    def __init__(self, runtime: Runtime, decomposition: Decomposition) -> None:
+        self.runtime = runtime
+        self.decomposition = decomposition
+        if decomposition.shards == 1 and runtime.process_count == 1:
+            self.backend = "single"
+        else:
+            self.backend = runtime.halo
+        self.mesh = None
+        if self.backend == "xla":
+            devices = np.array(jax.devices()[: decomposition.shards]).reshape(decomposition.mesh)
+            self.mesh = Mesh(devices, decomposition.axis_names)
+
+    @property
+    def is_root(self) -> bool:
+        return self.runtime.is_root
+
+    @property
+    def devices(self) -> list[str]:
+        if self.backend == "xla":
+            return [str(dev) for dev in self.mesh.devices.ravel()]
+        if self.backend == "mpi":
+            return [f"{jax.devices()[0]} on each of {self.runtime.process_count} MPI ranks"]
+        return [str(jax.devices()[0])]
+
+    # ------------------------------------------------------------------ placing arrays
+
+    def _spec(self, lead: int, skip_axis: int | None = None) -> P:
+        names = [n for a, n in enumerate(self.decomposition.axis_names) if a != skip_axis]
+        return P(*([None] * lead), *names)
+
+    def put(
+        self, array: np.ndarray, lead: int = 0, dtype=None, skip_axis: int | None = None
+    ) -> Array:
+        """A host array over the whole grid, (*lead, *shape) (or a face without ``skip_axis``),
+        onto the devices."""
+        array = np.asarray(array, dtype=dtype)
+        if self.backend == "single":
+            return jnp.asarray(array)
+        if self.backend == "mpi":
+            block = self.decomposition.block(self.runtime.process_index)
+            if skip_axis is not None:
+                block = tuple(b for a, b in enumerate(block) if a != skip_axis)
+            return jnp.asarray(np.ascontiguousarray(array[(slice(None),) * lead + block]))
+        sharding = NamedSharding(self.mesh, self._spec(lead, skip_axis))
+        return jax.make_array_from_callback(array.shape, sharding, lambda index: array[index])
+
+    def geometry(self, setup: FluidSetup) -> FluidGeometry:
+        """The setup's geometry arrays on the devices, in the setup's dtype."""
+
+        def put(arr, dtype, lead=0, skip_axis=None):
+            return None if arr is None else self.put(arr, lead, dtype, skip_axis)
+
+        return FluidGeometry(
+            solid=put(setup.solid, bool),
+            obstacle=put(setup.obstacle, bool),
+            wall_velocity=put(setup.wall_velocity, setup.dtype, 1),
+            wall_distance=put(setup.wall_distance, setup.dtype, 1),
+            open_velocity=tuple(
+                put(b.velocity, setup.dtype, 1, b.axis) for b in setup.open_boundaries
+            ),
+        )
+
+    # ------------------------------------------------------------------ the compiled chunk
+
+    def chunk(self, setup: FluidSetup) -> Callable[[FluidState, FluidGeometry, int], tuple]:
+        """jit-compiled chunk(state, geometry, n) -> (state, forces (n, d)); the state is
+        donated and n is static."""
+        if self.backend == "single":
+            local = make_chunk(setup)
+        elif self.backend == "mpi":
+            local = make_chunk(setup, MpiHalo(self.decomposition, self.runtime.comm))
+        else:
+            local = self._sharded_chunk(setup)
+        return jax.jit(local, static_argnums=2, donate_argnums=0)
+
+    def _sharded_chunk(self, setup: FluidSetup) -> Callable:
+        local = make_chunk(setup, XlaHalo(self.decomposition))
+        state_spec = FluidState(populations=self._spec(1), time=P())
+
+        def spec(arr, lead=0, skip_axis=None):
+            return None if arr is None else self._spec(lead, skip_axis)
+
+        geometry_spec = FluidGeometry(
+            solid=spec(setup.solid),
+            obstacle=spec(setup.obstacle),
+            wall_velocity=spec(setup.wall_velocity, 1),
+            wall_distance=spec(setup.wall_distance, 1),
+            open_velocity=tuple(spec(b.velocity, 1, b.axis) for b in setup.open_boundaries),
+        )
+
+        def chunk(state: FluidState, geometry: FluidGeometry, n: int):
+            mapped = jax.shard_map(
+                functools.partial(_call_chunk, local, n),
+                mesh=self.mesh,
+                in_specs=(state_spec, geometry_spec),
+                out_specs=(state_spec, P()),
+            )
+            return mapped(state, geometry)
+
+        return chunk
+
+    # ------------------------------------------------------------------ host side
+
+    def gather(self, array: Array, lead: int = 0) -> np.ndarray | None:
+        """The whole (*lead, *shape) field on process 0's host; None on the others."""
+        if self.backend == "single":
+            return np.asarray(array)
+        if self.backend == "mpi":
+            parts = self.runtime.comm.gather(np.asarray(array), root=0)
+            if not self.is_root:
+                return None
+            out = np.empty(parts[0].shape[:lead] + self.decomposition.shape, parts[0].dtype)
+            for rank, part in enumerate(parts):
+                out[(slice(None),) * lead + self.decomposition.block(rank)] = part
+            return out
+        if array.is_fully_addressable:
+            return np.asarray(array)
+        from jax.experimental import multihost_utils
+
+        full = np.asarray(multihost_utils.process_allgather(array, tiled=True))
+        return full if self.is_root else None
+
+    def first_bad(self, bad: Array, where: Array, value: Array) -> tuple[tuple, float] | None:
+        """The global cell index and density of the first bad cell, or None if none is bad.
+
+        ``bad``, ``where`` (flat index) and ``value`` come from a check over the state as this
+        process sees it: the global array (single, xla) or its own block (mpi).
+        """
+        if self.backend != "mpi":
+            if not bool(bad):
+                return None
+            index = np.unravel_index(int(where), self.decomposition.shape)
+            return tuple(int(i) for i in index), float(value)
+        mine = (bool(bad), int(where), float(value))
+        found = self.runtime.comm.allgather(mine)
+        for rank, (is_bad, flat, rho) in enumerate(found):
+            if is_bad:
+                local = np.unravel_index(flat, self.decomposition.local_shape)
+                start = [b.start for b in self.decomposition.block(rank)]
+                return tuple(int(s + i) for s, i in zip(start, local, strict=True)), rho
+        return None
+
+
+def _call_chunk(local: Callable, n: int, state: FluidState, geometry: FluidGeometry):
+    return local(state, geometry, n)
+
+
+def distribute(runtime: Runtime, mesh_spec, shape: tuple[int, ...]) -> Distribution:
+    """Check ``domain.mesh`` against the grid, the devices and the processes, and place it.
+
+    Raises:
+        ConfigError: see ``choose_mesh``; also a mesh whose shard count differs from the number
+            of processes in a multi-process run, or an ``mpi`` halo asked to split a grid over
+            the devices of a single process.
+    """
+    devices = runtime.device_count()
+    processes = runtime.process_count
+    if processes > 1 and not isinstance(mesh_spec, str) and math.prod(mesh_spec) != processes:
+        raise ConfigError(
+            "domain.mesh",
+            list(mesh_spec),
+            f"a mesh of exactly {processes} shards (one per process)",
+            hint=f"it has {math.prod(mesh_spec)}; {processes} processes are running",
+        )
+    decomposition = choose_mesh(mesh_spec, shape, devices)
+    if processes > 1 and decomposition.shards != processes:
+        raise ConfigError(
+            "domain.mesh",
+            mesh_spec if isinstance(mesh_spec, str) else list(mesh_spec),
+            f"a mesh of exactly {processes} shards (one per process)",
+            hint=f"it has {decomposition.shards}; {processes} processes are running",
+        )
+    if runtime.halo == "mpi" and processes == 1 and decomposition.shards > 1:
+        raise ConfigError(
+            "domain.halo",
+            "mpi",
+            f"xla for a mesh of {decomposition.shards} shards in one process",
+            hint="the mpi halo runs one shard per MPI process: launch "
+            f"{decomposition.shards} processes with mpirun or srun",
+        )
+    return Distribution(runtime, decomposition)

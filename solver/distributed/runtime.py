@@ -1,0 +1,213 @@
+"""Process start-up: how this run was launched and the runtime that connects the processes.
+
+Launchers are recognised from their environment: Open MPI's ``mpirun`` (OMPI_COMM_WORLD_*) and
+a Slurm job step started by ``srun`` (SLURM_STEP_ID with SLURM_STEP_NUM_TASKS; the batch
+script itself is one process). One process owns one device: on GPUs the process keeps the GPU
+of its local rank (CUDA_VISIBLE_DEVICES is narrowed before JAX starts its backend).
+
+- ``domain.halo=xla`` with several processes: ``jax.distributed.initialize()`` (it detects
+  Slurm and Open MPI by itself), with gloo collectives on CPUs.
+- ``domain.halo=mpi``: no JAX runtime across processes; MPI (mpi4py) connects them and this
+  run gets its own clone of COMM_WORLD, so its messages never mix with a caller's.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from solver.config import ConfigError
+
+log = logging.getLogger("solver")
+HALOS = ("xla", "mpi")
+
+
+@dataclass(frozen=True)
+class LaunchEnvironment:
+    """What the launcher told this process.
+
+    Attributes:
+        launcher: "mpirun", "srun" or "none".
+        processes: processes in the job step.
+        rank: this process's index among them.
+        local_rank: its index among the processes on its node.
+    """
+
+    launcher: str
+    processes: int
+    rank: int
+    local_rank: int
+
+
+def launch_environment(env: dict | None = None) -> LaunchEnvironment:
+    """Read the launcher's variables (``env`` defaults to os.environ)."""
+    env = os.environ if env is None else env
+    if "OMPI_COMM_WORLD_SIZE" in env:
+        return LaunchEnvironment(
+            "mpirun",
+            int(env["OMPI_COMM_WORLD_SIZE"]),
+            int(env.get("OMPI_COMM_WORLD_RANK", 0)),
+            int(env.get("OMPI_COMM_WORLD_LOCAL_RANK", 0)),
+        )
+    if "SLURM_STEP_ID" in env and "SLURM_STEP_NUM_TASKS" in env:
+        return LaunchEnvironment(
+            "srun",
+            int(env["SLURM_STEP_NUM_TASKS"]),
+            int(env.get("SLURM_PROCID", 0)),
+            int(env.get("SLURM_LOCALID", 0)),
+        )
+    return LaunchEnvironment("none", 1, 0, 0)
+
+
+@dataclass
+class Runtime:
+    """The started runtime.
+
+    Attributes:
+        halo: "xla" or "mpi".
+        launch: the launcher's view.
+        comm: the run's MPI communicator (mpi back end), else None.
+    """
+
+    halo: str
+    launch: LaunchEnvironment
+    comm: Any = None
+
+    @property
+    def process_index(self) -> int:
+        if self.comm is not None:
+            return self.comm.Get_rank()
+        import jax
+
+        return jax.process_index()
+
+    @property
+    def process_count(self) -> int:
+        if self.comm is not None:
+            return self.comm.Get_size()
+        import jax
+
+        return jax.process_count()
+
+    @property
+    def is_root(self) -> bool:
+        return self.process_index == 0
+
+    def device_count(self) -> int:
+        """Devices the mesh may use: all of them (xla) or one per MPI process (mpi)."""
+        import jax
+
+        if self.comm is not None:
+            return self.comm.Get_size()
+        return jax.device_count()
+
+    def broadcast_text(self, text: str) -> str:
+        """Process 0's ``text`` on every process (e.g. the output folder)."""
+        if self.process_count == 1:
+            return text
+        if self.comm is not None:
+            return self.comm.bcast(text, root=0)
+        import numpy as np
+        from jax.experimental import multihost_utils
+
+        data = np.frombuffer(text.encode().ljust(4096, b"\0"), dtype=np.uint8)
+        out = np.asarray(multihost_utils.broadcast_one_to_all(data))
+        return bytes(out).rstrip(b"\0").decode()
+
+
+_STARTED: dict[str, Runtime] = {}
+
+
+def start(halo: str, env: dict | None = None) -> Runtime:
+    """Start (once per process) the runtime that ``halo`` needs and check the set-up.
+
+    Raises:
+        ConfigError: an unknown back end, a launcher and MPI that disagree on the process count
+            (e.g. ``srun`` without ``--mpi=pmix``), or a process that owns more than one device
+            or none.
+    """
+    if halo not in HALOS:
+        raise ConfigError("domain.halo", halo, " or ".join(HALOS))
+    if halo in _STARTED:
+        return _STARTED[halo]
+    if _STARTED:
+        other = next(iter(_STARTED))
+        raise ConfigError(
+            "domain.halo", halo, f"{other} (this process already started the {other} runtime)"
+        )
+    launch = launch_environment(env)
+    _pin_gpu(launch)
+    comm = None
+    if halo == "mpi":
+        from mpi4py import MPI
+
+        world = MPI.COMM_WORLD
+        if launch.processes > 1 and world.Get_size() != launch.processes:
+            raise ConfigError(
+                "domain.halo",
+                "mpi",
+                f"an MPI job of {launch.processes} processes",
+                hint=f"{launch.launcher} started {launch.processes} processes but MPI sees "
+                f"{world.Get_size()} (under Slurm use srun --mpi=pmix)",
+            )
+        comm = world.Clone()
+    elif launch.processes > 1:
+        import jax
+
+        if not _gpu_plugin_present():
+            jax.config.update("jax_cpu_collectives_implementation", "gloo")
+        jax.distributed.initialize()
+    runtime = Runtime(halo, launch, comm)
+    if runtime.process_count > 1:
+        _check_one_device_per_process(runtime)
+    _STARTED[halo] = runtime
+    log.debug("runtime %s: process %d of %d", halo, runtime.process_index, runtime.process_count)
+    return runtime
+
+
+def _gpu_plugin_present() -> bool:
+    if os.environ.get("JAX_PLATFORMS", "").strip() == "cpu":
+        return False
+    return any(
+        importlib.util.find_spec(name) is not None
+        for name in ("jax_cuda12_plugin", "jax_cuda13_plugin", "jax_rocm60_plugin")
+    )
+
+
+def _pin_gpu(launch: LaunchEnvironment) -> None:
+    """Keep only the GPU of this process's local rank visible (before JAX starts a backend).
+
+    Slurm's --gpus-per-task=1 already leaves one GPU; a node-wide list is narrowed here.
+    """
+    if launch.processes == 1 or not _gpu_plugin_present():
+        return
+    visible = [v for v in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if v.strip()]
+    if len(visible) == 1:
+        return
+    if visible and launch.local_rank >= len(visible):
+        raise ConfigError(
+            "processes per node",
+            launch.local_rank + 1,
+            f"<= {len(visible)} (the GPUs visible on this node)",
+            hint="launch one task per GPU",
+        )
+    os.environ["CUDA_VISIBLE_DEVICES"] = (
+        visible[launch.local_rank] if visible else str(launch.local_rank)
+    )
+
+
+def _check_one_device_per_process(runtime: Runtime) -> None:
+    import jax
+
+    local = jax.local_device_count()
+    if local != 1:
+        raise ConfigError(
+            "devices per process",
+            local,
+            "1 in a multi-process run (one process per device)",
+            hint="launch one task per device; on CPUs do not force a host device count "
+            "(XLA_FLAGS --xla_force_host_platform_device_count) with several processes",
+        )

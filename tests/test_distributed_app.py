@@ -1,0 +1,122 @@
+"""`python -m solver` across devices and processes: same files, clear errors.
+
+Real ``mpirun`` jobs (both halo back ends) against a single-process run of the same case; the
+cavity has resting and moving walls, so its fields must match bit for bit.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+from mpi import mpirun
+
+ROOT = Path(__file__).resolve().parent.parent
+CASE = ["case=cavity", "case.resolution=14", "steps=24", "output.every=12", "output.png=false"]
+
+
+def solver(args: list[str], env_extra: dict | None = None) -> subprocess.CompletedProcess:
+    env = dict(os.environ, JAX_PLATFORMS="cpu", **(env_extra or {}))
+    return subprocess.run(
+        [sys.executable, "-m", "solver", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+
+
+def final_fields(run_dir: Path) -> dict[str, np.ndarray]:
+    with h5py.File(run_dir / "fields.h5", "r") as f:
+        last = sorted(k for k in f if k.startswith("step"))[-1]
+        return {name: f[last][name][...] for name in ("density", "velocity")}
+
+
+@pytest.fixture(scope="module")
+def single_run(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("single")
+    result = solver([*CASE, "domain=single", f"hydra.run.dir={out}"])
+    assert result.returncode == 0, result.stderr[-2000:]
+    return out
+
+
+@pytest.mark.parametrize(("halo", "mesh"), [("mpi", "[2,1]"), ("xla", "auto")])
+def test_mpirun_two_processes_match_single(single_run, tmp_path, halo, mesh):
+    out = tmp_path / "run"
+    result = mpirun(
+        2,
+        [
+            "-m",
+            "solver",
+            *CASE,
+            f"domain.mesh={mesh}",
+            f"domain.halo={halo}",
+            f"hydra.run.dir={out}",
+        ],
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    summary = json.loads((out / "run.json").read_text())
+    assert summary["status"] == "completed"
+    assert summary["domain"]["processes"] == 2
+    assert summary["domain"]["halo"] == halo
+    for rank in (0, 1):
+        log = (out / "logs" / f"process_{rank}.log").read_text()
+        assert f"process {rank}" in log and "domain: mesh" in log
+    ours, reference = final_fields(out), final_fields(single_run)
+    for name in reference:
+        assert np.array_equal(ours[name], reference[name]), f"{name} differs from 1 process"
+
+
+def test_mesh_not_matching_processes_is_config_error(tmp_path):
+    result = mpirun(
+        2,
+        [
+            "-m",
+            "solver",
+            *CASE,
+            "domain.mesh=[2,2]",
+            "domain.halo=mpi",
+            f"hydra.run.dir={tmp_path}",
+        ],
+    )
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert "domain.mesh" in result.stderr and "2 processes" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+FAKE8 = {"XLA_FLAGS": "--xla_force_host_platform_device_count=8"}
+
+
+@pytest.mark.parametrize(
+    ("mesh", "words"),
+    [
+        ("[3,1]", ["16 cells along x", "3 shards"]),
+        ("[4,4]", ["needs 16 devices", "8 are available"]),
+        ("[2,2,2]", ["2 integers"]),
+    ],
+)
+def test_bad_mesh_is_config_error(tmp_path, mesh, words):
+    result = solver([*CASE, f"domain.mesh={mesh}", f"hydra.run.dir={tmp_path}"], FAKE8)
+    assert result.returncode == 2, result.stderr[-2000:]
+    line = result.stderr.strip()
+    assert len(line.splitlines()) == 1 and line.startswith("error: bad configuration: domain.mesh")
+    for word in words:
+        assert word in line
+
+
+def test_fake_devices_app_run_matches_single(single_run, tmp_path):
+    out = tmp_path / "run"
+    result = solver([*CASE, "domain.mesh=[2,4]", f"hydra.run.dir={out}"], FAKE8)
+    assert result.returncode == 0, result.stderr[-2000:]
+    summary = json.loads((out / "run.json").read_text())
+    assert summary["domain"]["mesh"] == [2, 4] and len(summary["devices"]) == 8
+    ours, reference = final_fields(out), final_fields(single_run)
+    for name in reference:
+        assert np.array_equal(ours[name], reference[name]), f"{name} differs from 1 device"

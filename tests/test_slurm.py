@@ -1,0 +1,255 @@
+"""Runs on a real one-node Slurm cluster (tests/cluster.py): `srun` with MPI halos, the sbatch
+templates of launch/ (run, preemption warning and requeue), and the Hydra Slurm launcher.
+
+Select with `pytest -m slurm`. The cluster tests skip unless this is root with Slurm, munge and
+Open MPI installed (`make test` installs them when run as root). Grids are tiny and runs short:
+the whole file takes about two minutes on two cores.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import cluster
+import pytest
+
+pytestmark = pytest.mark.slurm
+
+REPO = Path(__file__).resolve().parents[1]
+PYTHON = sys.executable
+SINGLE_NODE = REPO / "launch" / "single_node.sbatch"
+MULTI_NODE = REPO / "launch" / "multi_node.sbatch"
+JOB_BODY = REPO / "launch" / "solver_job.sh"
+# A 2D case that two processes on two cores finish in well under a minute: 18 x 18 cells with
+# walls, split into two blocks of 9 x 18 cells, 40 steps.
+SMALL_CASE = ("case=cavity", "case.resolution=16", "steps=40", "output.png=false")
+TWO_BLOCKS = "domain.mesh=[2,1]"
+# Wall-clock limits. Each job also gets a Slurm time limit, so nothing outlives a failed test.
+SRUN_TIMEOUT_S = 150
+JOB_TIMEOUT_S = 180
+SWEEP_TIMEOUT_S = 240
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster() -> cluster.Cluster:
+    return cluster.cluster_for_tests()
+
+
+def _env(**extra: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env["JAX_PLATFORMS"] = "cpu"
+    env.update(extra)
+    return env
+
+
+def _run_or_cancel(
+    args: Sequence[str], job_name: str, timeout_s: float, cwd: Path, env: dict[str, str]
+) -> subprocess.CompletedProcess[str]:
+    """Run a command that starts Slurm jobs named `job_name`; cancel them if it times out."""
+    try:
+        return cluster.run(args, timeout_s=timeout_s, cwd=cwd, env=env)
+    except subprocess.TimeoutExpired as err:
+        cluster.cancel_jobs_named(job_name)
+        output = (err.stdout or b"")[-4000:]
+        pytest.fail(f"`{' '.join(args)}` ran past {timeout_s} s; its jobs cancelled\n{output!r}")
+
+
+def _tail(path: Path, lines: int = 40) -> str:
+    if not path.exists():
+        return f"({path} missing)"
+    return f"--- {path} ---\n" + "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+
+
+def _assert_completed_run(run_dir: Path, processes: int, context: str = "") -> None:
+    """Process 0's output files and a completed run.json; one log per process."""
+    for name in ("fields.h5", "run.json"):
+        assert (run_dir / name).is_file(), f"{run_dir / name} missing\n{context}"
+    summary = json.loads((run_dir / "run.json").read_text())
+    assert summary.get("status") == "completed", f"run.json status {summary.get('status')!r}"
+    for rank in range(processes):
+        log = run_dir / "logs" / f"process_{rank}.log"
+        assert log.is_file(), f"{log} missing\n{context}"
+
+
+def test_srun_two_processes_with_mpi_halos(slurm_cluster: cluster.Cluster, tmp_path: Path) -> None:
+    if importlib.util.find_spec("mpi4jax") is None:
+        pytest.skip("mpi4jax is not installed (pip install -e '.[mpi]')")
+    run_dir = tmp_path / "run"
+    job_name = "pytest-srun-mpi"
+    args = [
+        *("srun", "--mpi=pmix", "--ntasks=2", "--time=3", f"--job-name={job_name}"),
+        *(PYTHON, "-m", "solver", *SMALL_CASE, TWO_BLOCKS, "domain.halo=mpi"),
+        f"hydra.run.dir={run_dir}",
+    ]
+    result = _run_or_cancel(args, job_name, SRUN_TIMEOUT_S, cwd=REPO, env=_env())
+    output = f"{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+    assert result.returncode == 0, f"srun exited {result.returncode}\n{output}"
+    _assert_completed_run(run_dir, processes=2, context=output)
+
+
+def test_sbatch_single_node_template_on_cpu(slurm_cluster: cluster.Cluster, tmp_path: Path) -> None:
+    job_name = "pytest-sbatch"
+    # The template's CPU path: no GPUs requested, one CPU per task, JAX_PLATFORMS left to it.
+    env = _env(SOLVER_ROOT=str(REPO), SOLVER_PYTHON=PYTHON)
+    del env["JAX_PLATFORMS"]
+    job_id = cluster.submit(
+        [
+            *("--gpus-per-node=0", "--ntasks-per-node=2", "--cpus-per-task=1", "--time=4"),
+            f"--job-name={job_name}",
+            str(SINGLE_NODE),
+            *SMALL_CASE,
+            TWO_BLOCKS,
+            "domain.halo=xla",
+        ],
+        env=env,
+        cwd=tmp_path,
+    )
+    info = cluster.wait_for_job(job_id, timeout_s=JOB_TIMEOUT_S)
+    job_log = _tail(tmp_path / f"slurm-{job_name}-{job_id}.out")
+    assert info.succeeded, f"job {job_id} ended {info.state} (exit {info.exit_code})\n{job_log}"
+    _assert_completed_run(tmp_path / "outputs" / f"{job_name}_{job_id}", 2, context=job_log)
+
+
+# Stands in for python in the requeue test: the template calls it as `SOLVER_PYTHON -m solver
+# hydra.run.dir=DIR ...`. The first run waits for USR1; the requeued run exits at once.
+FAKE_SOLVER = r"""#!/bin/bash
+for arg in "$@"; do [[ $arg == hydra.run.dir=* ]] && run_dir=${arg#hydra.run.dir=}; done
+mkdir -p "$run_dir"
+if ((${SLURM_RESTART_COUNT:-0} > 0)); then
+    touch "$run_dir/restarted_$SLURM_PROCID"
+    exit 0
+fi
+trap 'touch "$run_dir/usr1_$SLURM_PROCID"; exit 0' USR1
+touch "$run_dir/ready_$SLURM_PROCID"
+while true; do sleep 0.2; done
+"""
+
+
+def _wait_for(condition, timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
+        time.sleep(0.5)
+
+
+def test_sbatch_template_forwards_warning_and_requeues(
+    slurm_cluster: cluster.Cluster, tmp_path: Path
+) -> None:
+    fake = tmp_path / "fake_python"
+    fake.write_text(FAKE_SOLVER)
+    fake.chmod(0o755)
+    job_name = "pytest-requeue"
+    env = _env(SOLVER_ROOT=str(REPO), SOLVER_PYTHON=str(fake), SOLVER_MAX_REQUEUES="1")
+    job_id = cluster.submit(
+        [
+            *("--gpus-per-node=0", "--ntasks-per-node=2", "--cpus-per-task=1", "--time=4"),
+            f"--job-name={job_name}",
+            str(SINGLE_NODE),
+        ],
+        env=env,
+        cwd=tmp_path,
+    )
+    run_dir = tmp_path / "outputs" / f"{job_name}_{job_id}"
+    job_log = tmp_path / f"slurm-{job_name}-{job_id}.out"
+    try:
+        ready = [run_dir / f"ready_{rank}" for rank in range(2)]
+        _wait_for(lambda: all(p.exists() for p in ready), 60, "both tasks to start")
+        # What Slurm does 120 s before the time limit (--signal=B:USR1@120), now.
+        cluster.run(["scancel", "--signal=USR1", "--batch", job_id], check=True)
+        # A requeued job is held about two minutes (Reason=BeginTime) before it may start again;
+        # release it at once. Earlier, while the first run still ends, the update does not stick.
+        _wait_for(
+            lambda: (
+                (info := cluster.job_info(job_id)) is not None
+                and info.fields.get("Restarts") == "1"
+                and info.fields.get("Reason") == "BeginTime"
+            ),
+            60,
+            "the job to requeue itself",
+        )
+        cluster.run(["scontrol", "update", f"JobId={job_id}", "StartTime=now"], check=True)
+        info = cluster.wait_for_job(job_id, timeout_s=JOB_TIMEOUT_S)
+    except AssertionError as err:
+        cluster.run(["scancel", job_id])
+        raise AssertionError(f"{err}\n{_tail(job_log)}") from None
+    assert info.succeeded, (
+        f"job {job_id} ended {info.state} (exit {info.exit_code})\n{_tail(job_log)}"
+    )
+    for rank in range(2):
+        assert (run_dir / f"usr1_{rank}").exists(), f"task {rank} got no USR1\n{_tail(job_log)}"
+        assert (run_dir / f"restarted_{rank}").exists(), f"task {rank} did not run again"
+
+
+def test_hydra_slurm_launcher_sweep(slurm_cluster: cluster.Cluster, tmp_path: Path) -> None:
+    """Two sweep points, two Slurm jobs (one array) of two MPI processes each."""
+    for module in ("hydra_plugins.hydra_submitit_launcher", "mpi4jax"):
+        if importlib.util.find_spec(module) is None:
+            pytest.skip(f"{module} is not installed (pip install -e '.[slurm,mpi]')")
+    sweep_dir = tmp_path / "sweep"
+    job_name = "pytest-sweep"
+    args = [
+        *(PYTHON, "-m", "solver", "-m", "hydra/launcher=slurm", *SMALL_CASE),
+        *(TWO_BLOCKS, "domain.halo=mpi", "fluid.u_lattice=0.05,0.1"),
+        f"hydra.sweep.dir={sweep_dir}",
+        # No GPUs on the test cluster; the sweep's jobs must not outlive the test.
+        *("hydra.launcher.gpus_per_node=null", "hydra.launcher.tasks_per_node=2"),
+        *("hydra.launcher.timeout_min=4", f"hydra.launcher.name={job_name}"),
+    ]
+    result = _run_or_cancel(args, job_name, SWEEP_TIMEOUT_S, cwd=REPO, env=_env())
+    output = f"{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+    assert result.returncode == 0, f"the sweep exited {result.returncode}\n{output}"
+    # One job array with one task per sweep point: folders <array id>_<index> of submitit.
+    array_tasks = sorted(
+        p.name.split("_")[1] for p in (sweep_dir / ".submitit").glob("*_*") if p.is_dir()
+    )
+    assert array_tasks == ["0", "1"], f"submitit job folders: {array_tasks}\n{output}"
+    for job_num, u_lattice in (("0", "0.05"), ("1", "0.1")):
+        run_dir = sweep_dir / job_num
+        _assert_completed_run(run_dir, processes=2, context=output)
+        overrides = (run_dir / ".hydra" / "overrides.yaml").read_text()
+        assert f"fluid.u_lattice={u_lattice}" in overrides, overrides
+
+
+def test_slurm_launcher_config_matches_the_plugin() -> None:
+    """configs/hydra/launcher/slurm.yaml composes over the plugin's schema (no unknown keys)."""
+    if importlib.util.find_spec("hydra_plugins.hydra_submitit_launcher") is None:
+        pytest.skip("hydra-submitit-launcher is not installed (pip install -e '.[slurm]')")
+    args = [
+        PYTHON,
+        "-m",
+        "solver",
+        "hydra/launcher=slurm",
+        *("--cfg", "hydra", "-p", "hydra.launcher"),
+    ]
+    result = cluster.run(args, timeout_s=60, cwd=REPO, env=_env())
+    assert result.returncode == 0, result.stderr
+    assert "submitit_launcher.SlurmLauncher" in result.stdout, result.stdout
+    assert "export SLURM_MPI_TYPE=pmix" in result.stdout, result.stdout
+
+
+@pytest.mark.parametrize("script", [SINGLE_NODE, MULTI_NODE, JOB_BODY], ids=lambda p: p.name)
+def test_launch_scripts_parse(script: Path) -> None:
+    result = cluster.run(["bash", "-n", str(script)], timeout_s=10)
+    assert result.returncode == 0, result.stderr
+
+
+def test_job_body_rejects_tasks_not_matching_gpus(tmp_path: Path) -> None:
+    """One task per GPU: 2 tasks on a 4-GPU node stop before srun, with a message saying so."""
+    env = _env(
+        SLURM_SUBMIT_DIR=str(REPO),
+        SLURM_GPUS_PER_NODE="h100:4",
+        SLURM_NTASKS_PER_NODE="2",
+        SLURM_JOB_NAME="x",
+        SLURM_JOB_ID="1",
+    )
+    result = cluster.run(["bash", "-c", f"source {JOB_BODY}"], timeout_s=10, env=env, cwd=tmp_path)
+    assert result.returncode == 2, result.stderr
+    assert "2 tasks per node but 4 GPUs per node" in result.stderr, result.stderr
