@@ -97,6 +97,9 @@ def test_curved_walls_bitwise_without_fma():
 
 
 ALL = ["periodic", "channel", "curved"]
+# Every scenario and 3D lattice runs on fake devices above; the MPI runs (each process compiles
+# its own program, 4 of them on 2 cores) cover each back end's shifts along one axis and along
+# two (edges), the inlet/outlet faces and the force sum, within the CI time budget.
 
 
 @pytest.mark.timeout(1200)
@@ -104,10 +107,10 @@ ALL = ["periodic", "channel", "curved"]
     ("processes", "halo", "lattice", "meshes", "scenarios"),
     [
         (2, "mpi", "D2Q9", ["2,1", "1,2"], ALL),
-        (2, "mpi", "D3Q19", ["1,1,2"], ALL),
-        (4, "mpi", "D2Q9", ["2,2"], ALL),
-        (4, "mpi", "D3Q27", ["2,2,1"], ["periodic"]),  # corners cross shards in x-y
-        (2, "xla", "D2Q9", ["1,2"], ALL),
+        (2, "mpi", "D3Q19", ["1,1,2"], ["channel"]),
+        (4, "mpi", "D2Q9", ["2,2"], ["channel", "curved"]),
+        (4, "mpi", "D3Q27", ["2,2,1"], ["periodic"]),  # x-y edges cross shards
+        (2, "xla", "D2Q9", ["1,2"], ["channel", "curved"]),
         (4, "xla", "D2Q9", ["2,2"], ["channel"]),
     ],
 )

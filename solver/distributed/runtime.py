@@ -3,7 +3,7 @@
 Launchers are recognised from their environment: Open MPI's ``mpirun`` (OMPI_COMM_WORLD_*) and
 a Slurm job step started by ``srun`` (SLURM_STEP_ID with SLURM_STEP_NUM_TASKS; the batch
 script itself is one process). One process owns one device: on GPUs the process keeps the GPU
-of its local rank (CUDA_VISIBLE_DEVICES is narrowed before JAX starts its backend).
+of its local rank (or the one GPU Slurm left visible), set before JAX starts its backend.
 
 - ``domain.halo=xla`` with several processes: ``jax.distributed.initialize()`` (it detects
   Slurm and Open MPI by itself), with gloo collectives on CPUs.
@@ -139,7 +139,7 @@ def start(halo: str, env: dict | None = None) -> Runtime:
             "domain.halo", halo, f"{other} (this process already started the {other} runtime)"
         )
     launch = launch_environment(env)
-    _pin_gpu(launch)
+    gpu = _gpu_index(launch)
     comm = None
     if halo == "mpi":
         from mpi4py import MPI
@@ -154,12 +154,18 @@ def start(halo: str, env: dict | None = None) -> Runtime:
                 f"{world.Get_size()} (under Slurm use srun --mpi=pmix)",
             )
         comm = world.Clone()
+        if gpu is not None:
+            import jax
+
+            jax.config.update("jax_cuda_visible_devices", str(gpu))
     elif launch.processes > 1:
         import jax
 
-        if not _gpu_plugin_present():
+        if gpu is None:
             jax.config.update("jax_cpu_collectives_implementation", "gloo")
-        jax.distributed.initialize()
+        # without local_device_ids JAX would pick the local rank's GPU itself, which is wrong
+        # when Slurm already left a single GPU visible
+        jax.distributed.initialize(local_device_ids=None if gpu is None else [gpu])
     runtime = Runtime(halo, launch, comm)
     if runtime.process_count > 1:
         _check_one_device_per_process(runtime)
@@ -177,16 +183,17 @@ def _gpu_plugin_present() -> bool:
     )
 
 
-def _pin_gpu(launch: LaunchEnvironment) -> None:
-    """Keep only the GPU of this process's local rank visible (before JAX starts a backend).
+def _gpu_index(launch: LaunchEnvironment) -> int | None:
+    """The GPU this process keeps, as an index into the GPUs it can see; None on CPUs or alone.
 
-    Slurm's --gpus-per-task=1 already leaves one GPU; a node-wide list is narrowed here.
+    Slurm's --gpus-per-task=1 already leaves one visible GPU (index 0); with a node-wide list
+    the process takes the one at its local rank.
     """
     if launch.processes == 1 or not _gpu_plugin_present():
-        return
+        return None
     visible = [v for v in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if v.strip()]
     if len(visible) == 1:
-        return
+        return 0
     if visible and launch.local_rank >= len(visible):
         raise ConfigError(
             "processes per node",
@@ -194,9 +201,7 @@ def _pin_gpu(launch: LaunchEnvironment) -> None:
             f"<= {len(visible)} (the GPUs visible on this node)",
             hint="launch one task per GPU",
         )
-    os.environ["CUDA_VISIBLE_DEVICES"] = (
-        visible[launch.local_rank] if visible else str(launch.local_rank)
-    )
+    return launch.local_rank
 
 
 def _check_one_device_per_process(runtime: Runtime) -> None:
