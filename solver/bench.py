@@ -3,6 +3,7 @@
     python -m solver.bench [--lattices D2Q9,D3Q19,D3Q27] [--precisions float32,float64]
                            [--sizes 64,128] [--steps 10] [--case periodic|walls|both]
                            [--repeats 5] [--json PATH]
+    python -m solver.bench scaling ...   (weak and strong scaling: see solver/bench_scaling.py)
 
 For every lattice, precision, case and size it times the real solver chunk
 (``solver.fluid_step.make_chunk`` on a ``FluidSetup``, jitted with the state donated, as the run
@@ -292,6 +293,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["scaling"]:
+        from solver.bench_scaling import main as scaling_main
+
+        return scaling_main(argv[1:])
     args = parse_args(argv)
     cases = CASES if args.case == "both" else (args.case,)
     devices = jax.devices()
