@@ -36,7 +36,7 @@ from kernels import boundaries, collision
 from kernels.equilibrium import density_velocity, equilibrium
 from kernels.lattices import CS2
 from solver.distributed.decomposition import neighbour_offsets
-from solver.distributed.halo import Halo, SingleHalo
+from solver.distributed.halo import Halo, SingleHalo, shift_together
 from solver.fluid_setup import FluidSetup
 
 SINGLE = SingleHalo()
@@ -160,10 +160,12 @@ def _linked_directions(setup: FluidSetup, mask: np.ndarray | None) -> list[bool]
 
 def pad_with_halo(field: Array, lead: int = 0, halo: Halo = SINGLE) -> Array:
     """(*lead_axes, *shape) -> (*lead_axes, *(shape + 2)) with every ghost layer (faces, edges,
-    corners) filled by ``halo``: periodic on one device, from the neighbours when sharded."""
+    corners) filled by ``halo``: periodic on one device, from the neighbours when sharded (one
+    message per neighbour)."""
     d = field.ndim - lead
     shape = field.shape[lead:]
     padded = jnp.pad(field, [(0, 0)] * lead + [(1, 1)] * d)
+    routes: dict[tuple[int, ...], list] = {}
     for offset in neighbour_offsets(d):
         moving = tuple(a for a, o in enumerate(offset) if o)
         for axes, src_start, src_size, ghost_start in ghost_regions(offset, shape):
@@ -174,8 +176,13 @@ def pad_with_halo(field: Array, lead: int = 0, halo: Halo = SINGLE) -> Array:
                     list(field.shape[:lead])
                     + [s + n for s, n in zip(src_start, src_size, strict=True)],
                 )
-                block = halo.shift(block, offset)
-                padded = lax.dynamic_update_slice(padded, block, [0] * lead + ghost_start)
+                routes.setdefault(halo.route(offset), []).append((ghost_start, block))
+    for route, items in routes.items():
+        blocks = [block for _, block in items]
+        if any(route):
+            blocks = shift_together(halo, blocks, route)
+        for (ghost_start, _), block in zip(items, blocks, strict=True):
+            padded = lax.dynamic_update_slice(padded, block, [0] * lead + ghost_start)
     return padded
 
 
@@ -221,20 +228,35 @@ def ghost_regions(offset: Sequence[int], shape: Sequence[int]):
 
 
 def write_padded(
-    buffer: Array, interior: Array, offset: Sequence[int], halo: Halo = SINGLE
-) -> Array:
-    """Store ``interior`` (*shape) into a padded buffer and fill the ghosts a pull along
-    ``offset`` will read from ``interior`` itself (not from the buffer: reading the buffer back
-    makes XLA copy the whole array), through ``halo`` (periodic wrap or a neighbour's block)."""
-    d = interior.ndim
-    buffer = lax.dynamic_update_slice(buffer, interior, (1,) * d)
-    for axes, src_start, src_size, ghost_start in ghost_regions(offset, interior.shape):
-        block = lax.slice(
-            interior, src_start, [s + n for s, n in zip(src_start, src_size, strict=True)]
-        )
-        shift = [int(o) if a in axes else 0 for a, o in enumerate(offset)]
-        buffer = lax.dynamic_update_slice(buffer, halo.shift(block, shift), ghost_start)
-    return buffer
+    buffers: Sequence[Array],
+    interiors: Sequence[Array],
+    offsets: Sequence[Sequence[int]],
+    halo: Halo = SINGLE,
+) -> tuple[Array, ...]:
+    """Store each ``interiors[i]`` (*shape) into ``buffers[i]`` and fill the ghosts a pull along
+    ``offsets[i]`` will read, from the interior values themselves (not from the buffer: reading
+    the buffer back makes XLA copy the whole array), through ``halo``: a periodic wrap, or a
+    neighbour's block. Blocks for the same neighbour travel together (one message per
+    neighbour and step)."""
+    d = interiors[0].ndim
+    out = [
+        lax.dynamic_update_slice(b, x, (1,) * d) for b, x in zip(buffers, interiors, strict=True)
+    ]
+    routes: dict[tuple[int, ...], list] = {}
+    for i, (interior, offset) in enumerate(zip(interiors, offsets, strict=True)):
+        for axes, src_start, src_size, ghost_start in ghost_regions(offset, interior.shape):
+            block = lax.slice(
+                interior, src_start, [s + n for s, n in zip(src_start, src_size, strict=True)]
+            )
+            shift = [int(o) if a in axes else 0 for a, o in enumerate(offset)]
+            routes.setdefault(halo.route(shift), []).append((i, ghost_start, block))
+    for route, items in routes.items():
+        blocks = [block for _, _, block in items]
+        if any(route):
+            blocks = shift_together(halo, blocks, route)
+        for (i, ghost_start, _), block in zip(items, blocks, strict=True):
+            out[i] = lax.dynamic_update_slice(out[i], block, ghost_start)
+    return tuple(out)
 
 
 # ---------------------------------------------------------------- the step
@@ -412,7 +434,7 @@ def make_chunk(
         post = collide(pre, time)
         if after is not None and any(obstacle_links):
             post = tuple(p + 0.0 * after[0] for p in post)
-        dst = tuple(write_padded(dst[i], post[i], lat.c[i], halo) for i in range(q))
+        dst = write_padded(dst, post, lat.c, halo)
         return dst, scratch, force
 
     def padded_geometry(geometry: FluidGeometry) -> dict:
@@ -432,7 +454,8 @@ def make_chunk(
         geo = padded_geometry(geometry)
         t0 = state.time
         post = collide([state.populations[i] for i in range(q)], t0)
-        a = tuple(pad_with_halo(p, 0, halo) for p in post)
+        # only the ghosts each direction's pull reads, as in every step
+        a = write_padded(tuple(jnp.pad(jnp.zeros_like(p), 1) for p in post), post, lat.c, halo)
         b = tuple(jnp.zeros_like(p) for p in a)
         forces = []
 

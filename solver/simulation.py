@@ -213,6 +213,7 @@ def simulate(
     state = initial_state(
         setup, dist.put(case.density, 0, setup.dtype), dist.put(case.velocity, 1, setup.dtype)
     )
+    state = state.replace(time=dist.replicate(state.time))
     geometry = dist.geometry(setup)
     chunk_fn = dist.chunk(setup)
     macro_fn = jax.jit(lambda s, g: macroscopic(setup, s, g))

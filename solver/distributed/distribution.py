@@ -89,6 +89,13 @@ class Distribution:
         sharding = NamedSharding(self.mesh, self._spec(lead, skip_axis))
         return jax.make_array_from_callback(array.shape, sharding, lambda index: array[index])
 
+    def replicate(self, value: Array) -> Array:
+        """A value every shard holds whole (the step counter): placed as the chunk returns it,
+        so the first and later chunks compile to one program."""
+        if self.backend != "xla":
+            return value
+        return jax.device_put(value, NamedSharding(self.mesh, P()))
+
     def geometry(self, setup: FluidSetup) -> FluidGeometry:
         """The setup's geometry arrays on the devices, in the setup's dtype."""
 

@@ -12,6 +12,9 @@ the same code path.
   (diagonal shifts go straight to the diagonal neighbour, one collective per ghost region).
 - ``MpiHalo``: one process per device; ``mpi4jax.sendrecv`` on a cloned communicator.
 
+Every block bound for the same neighbour in one step travels as one message
+(``shift_together``).
+
 Edges and corners (the regions that diagonal directions read in D3Q19 and D3Q27) use the
 same shift with two or three non-zero components.
 """
@@ -33,6 +36,10 @@ class Halo(Protocol):
         """The block sent by the shard at ``-offset`` (periodic over the mesh); offset in
         {-1, 0, 1} per spatial axis."""
 
+    def route(self, offset: Sequence[int]) -> tuple[int, ...]:
+        """The shift that actually crosses shards: ``offset`` with unsplit axes zeroed (all
+        zeros: the block stays on this shard)."""
+
     def at_edge(self, axis: int, side: str) -> Array | bool:
         """Whether this shard holds the global ``side`` ("low"/"high") face along ``axis``."""
 
@@ -45,6 +52,9 @@ class SingleHalo:
 
     def shift(self, block: Array, offset: Sequence[int]) -> Array:
         return block
+
+    def route(self, offset: Sequence[int]) -> tuple[int, ...]:
+        return (0,) * len(offset)
 
     def at_edge(self, axis: int, side: str) -> bool:
         return True
@@ -71,6 +81,9 @@ class XlaHalo:
             dest = [(c + offset[a]) % m for c, a, m in zip(coords, axes, sizes, strict=True)]
             perm.append((_linear(coords, sizes), _linear(dest, sizes)))
         return lax.ppermute(block, tuple(self.names[a] for a in axes), perm)
+
+    def route(self, offset: Sequence[int]) -> tuple[int, ...]:
+        return tuple(int(o) if m > 1 else 0 for o, m in zip(offset, self.mesh, strict=True))
 
     def at_edge(self, axis: int, side: str) -> Array | bool:
         m = self.mesh[axis]
@@ -108,6 +121,10 @@ class MpiHalo:
             block, jnp.empty_like(block), source, dest, sendtag=tag, recvtag=tag, comm=self.comm
         )
 
+    def route(self, offset: Sequence[int]) -> tuple[int, ...]:
+        mesh = self.decomposition.mesh
+        return tuple(int(o) if m > 1 else 0 for o, m in zip(offset, mesh, strict=True))
+
     def at_edge(self, axis: int, side: str) -> bool:
         c, m = self.coords[axis], self.decomposition.mesh[axis]
         return c == 0 if side == "low" else c == m - 1
@@ -119,6 +136,23 @@ class MpiHalo:
         if self.comm.Get_size() == 1:
             return x
         return mpi4jax.allreduce(x, op=MPI.SUM, comm=self.comm)
+
+
+def shift_together(halo: Halo, blocks: Sequence[Array], offset: Sequence[int]) -> list[Array]:
+    """``halo.shift`` of several blocks bound for the same neighbour, as one message.
+
+    A step sends the ghost blocks of every direction that crosses a face; packing them into
+    one buffer per neighbour turns ~26 small messages per step (D3Q19) into one per neighbour,
+    which is what latency-bound halo exchanges need. All blocks share one dtype.
+    """
+    if len(blocks) == 1:
+        return [halo.shift(blocks[0], offset)]
+    packed = halo.shift(jnp.concatenate([b.ravel() for b in blocks]), offset)
+    out, start = [], 0
+    for b in blocks:
+        out.append(packed[start : start + b.size].reshape(b.shape))
+        start += b.size
+    return out
 
 
 def _linear(coords: Sequence[int], sizes: Sequence[int]) -> int:
