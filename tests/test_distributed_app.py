@@ -47,26 +47,20 @@ def single_run(tmp_path_factory) -> Path:
     return out
 
 
-@pytest.mark.parametrize(("halo", "mesh"), [("mpi", "[2,1]"), ("xla", "auto")])
-def test_mpirun_two_processes_match_single(single_run, tmp_path, halo, mesh):
+@pytest.mark.parametrize(
+    ("processes", "halo", "mesh"), [(2, "mpi", "[2,1]"), (2, "xla", "auto"), (4, "mpi", "[2,2]")]
+)
+def test_mpirun_processes_match_single(single_run, tmp_path, processes, halo, mesh):
     out = tmp_path / "run"
-    result = mpirun(
-        2,
-        [
-            "-m",
-            "solver",
-            *CASE,
-            f"domain.mesh={mesh}",
-            f"domain.halo={halo}",
-            f"hydra.run.dir={out}",
-        ],
-    )
+    overrides = [f"domain.mesh={mesh}", f"domain.halo={halo}", f"hydra.run.dir={out}"]
+    result = mpirun(processes, ["-m", "solver", *CASE, *overrides])
     assert result.returncode == 0, result.stderr[-3000:]
     summary = json.loads((out / "run.json").read_text())
     assert summary["status"] == "completed"
-    assert summary["domain"]["processes"] == 2
+    assert summary["domain"]["processes"] == processes
     assert summary["domain"]["halo"] == halo
-    for rank in (0, 1):
+    assert result.stdout.count("wall time") == 1, "only process 0 prints the summary"
+    for rank in range(processes):
         log = (out / "logs" / f"process_{rank}.log").read_text()
         assert f"process {rank}" in log and "domain: mesh" in log
     ours, reference = final_fields(out), final_fields(single_run)
