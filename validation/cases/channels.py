@@ -67,6 +67,19 @@ DUCT_MEAN_TOL = {"full": 3.5e-4, "fast": 6e-4}
 DUCT_U_LATTICE_COARSEST = 0.1  # lattice u_max on the coarsest grid, halved per doubling (tau fixed)
 
 
+def _steady_overrides(case: str, collision: str, n: int) -> list[str]:
+    """A 2D channel case run to steady state in float64 with ``n`` cells across."""
+    return [
+        f"case={case}",
+        "fluid=d2q9",
+        f"fluid.collision={collision}",
+        "fluid.precision=float64",
+        f"case.resolution={n}",
+        f"case.duration={STEADY_DURATION}",
+        f"fluid.u_lattice={CHANNEL_U_LATTICE}",
+    ]
+
+
 def _channel_profile(sim: Simulation) -> tuple[np.ndarray, np.ndarray, float]:
     """(y from the lower wall (m), x-averaged u_x (m/s), height H (m))."""
     fluid, low, high = sim.fluid_span(1)
@@ -97,15 +110,7 @@ def poiseuille(ctx: Context) -> CaseResult:
         sim = ctx.simulate(
             "poiseuille",
             f"{collision.upper()} N={n}",
-            [
-                "case=poiseuille",
-                "fluid=d2q9",
-                f"fluid.collision={collision}",
-                "fluid.precision=float64",
-                f"case.resolution={n}",
-                f"case.duration={STEADY_DURATION}",
-                f"fluid.u_lattice={CHANNEL_U_LATTICE}",
-            ],
+            _steady_overrides("poiseuille", collision, n),
         )
         c = sim.case_config
         y, u, height = _channel_profile(sim)
@@ -226,15 +231,7 @@ def couette(ctx: Context) -> CaseResult:
         sim = ctx.simulate(
             "couette",
             f"{collision.upper()} N={n}",
-            [
-                "case=couette",
-                "fluid=d2q9",
-                f"fluid.collision={collision}",
-                "fluid.precision=float64",
-                f"case.resolution={n}",
-                f"case.duration={STEADY_DURATION}",
-                f"fluid.u_lattice={CHANNEL_U_LATTICE}",
-            ],
+            _steady_overrides("couette", collision, n),
         )
         c = sim.case_config
         y, u, height = _channel_profile(sim)
