@@ -3,29 +3,17 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
-from pathlib import Path
 
 import h5py
 import pytest
+from solver_cli import run_solver
 
 from solver.output.fields import check_xdmf
 
-ROOT = Path(__file__).resolve().parent.parent
-
 
 def _solver(*args: str, timeout: float = 180) -> subprocess.CompletedProcess:
-    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
-    return subprocess.run(
-        [sys.executable, "-m", "solver", *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env=env,
-    )
+    return run_solver(list(args), timeout=timeout)
 
 
 @pytest.mark.parametrize(

@@ -7,30 +7,21 @@ cavity has resting and moving walls, so its fields must match bit for bit.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import h5py
 import numpy as np
 import pytest
 from mpi import mpirun
+from solver_cli import run_solver
 
 ROOT = Path(__file__).resolve().parent.parent
 CASE = ["case=cavity", "case.resolution=14", "steps=24", "output.every=12", "output.png=false"]
 
 
 def solver(args: list[str], env_extra: dict | None = None) -> subprocess.CompletedProcess:
-    env = dict(os.environ, JAX_PLATFORMS="cpu", **(env_extra or {}))
-    return subprocess.run(
-        [sys.executable, "-m", "solver", *args],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    return run_solver(args, env_extra)
 
 
 def final_fields(run_dir: Path) -> dict[str, np.ndarray]:

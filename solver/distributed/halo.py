@@ -83,7 +83,7 @@ class XlaHalo:
         return lax.ppermute(block, tuple(self.names[a] for a in axes), perm)
 
     def route(self, offset: Sequence[int]) -> tuple[int, ...]:
-        return tuple(int(o) if m > 1 else 0 for o, m in zip(offset, self.mesh, strict=True))
+        return _crossing(offset, self.mesh)
 
     def at_edge(self, axis: int, side: str) -> Array | bool:
         m = self.mesh[axis]
@@ -109,8 +109,7 @@ class MpiHalo:
     def shift(self, block: Array, offset: Sequence[int]) -> Array:
         import mpi4jax
 
-        mesh = self.decomposition.mesh
-        step = [o if mesh[a] > 1 else 0 for a, o in enumerate(offset)]
+        step = _crossing(offset, self.decomposition.mesh)
         if not any(step):
             return block
         dest = self.decomposition.rank([c + s for c, s in zip(self.coords, step, strict=True)])
@@ -122,8 +121,7 @@ class MpiHalo:
         )
 
     def route(self, offset: Sequence[int]) -> tuple[int, ...]:
-        mesh = self.decomposition.mesh
-        return tuple(int(o) if m > 1 else 0 for o, m in zip(offset, mesh, strict=True))
+        return _crossing(offset, self.decomposition.mesh)
 
     def at_edge(self, axis: int, side: str) -> bool:
         c, m = self.coords[axis], self.decomposition.mesh[axis]
@@ -153,6 +151,11 @@ def shift_together(halo: Halo, blocks: Sequence[Array], offset: Sequence[int]) -
         out.append(packed[start : start + b.size].reshape(b.shape))
         start += b.size
     return out
+
+
+def _crossing(offset: Sequence[int], mesh: Sequence[int]) -> tuple[int, ...]:
+    """``offset`` with the axes the mesh does not split zeroed."""
+    return tuple(int(o) if m > 1 else 0 for o, m in zip(offset, mesh, strict=True))
 
 
 def _linear(coords: Sequence[int], sizes: Sequence[int]) -> int:
