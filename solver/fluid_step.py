@@ -79,18 +79,27 @@ class FluidGeometry:
     open_velocity: tuple[Array | None, ...]
 
 
-def make_geometry(setup: FluidSetup) -> FluidGeometry:
-    """Move the setup's geometry arrays to the device in the setup's dtype."""
+def make_geometry(setup: FluidSetup, place: Callable | None = None) -> FluidGeometry:
+    """The setup's geometry arrays on the device in the setup's dtype.
 
-    def as_device(arr, dtype):
-        return None if arr is None else jnp.asarray(arr, dtype=dtype)
+    ``place(array, dtype, lead, face_axis)`` puts each array somewhere else (a sharded layout,
+    or its partition spec): ``lead`` counts the leading non-spatial axes, ``face_axis`` is the
+    axis a face array lacks (None for whole-grid arrays). Default: one device.
+    """
+    if place is None:
+
+        def place(arr, dtype, lead, face_axis):
+            return jnp.asarray(arr, dtype=dtype)
+
+    def put(arr, dtype, lead=0, face_axis=None):
+        return None if arr is None else place(arr, dtype, lead, face_axis)
 
     return FluidGeometry(
-        solid=as_device(setup.solid, bool),
-        obstacle=as_device(setup.obstacle, bool),
-        wall_velocity=as_device(setup.wall_velocity, setup.dtype),
-        wall_distance=as_device(setup.wall_distance, setup.dtype),
-        open_velocity=tuple(as_device(b.velocity, setup.dtype) for b in setup.open_boundaries),
+        solid=put(setup.solid, bool),
+        obstacle=put(setup.obstacle, bool),
+        wall_velocity=put(setup.wall_velocity, setup.dtype, 1),
+        wall_distance=put(setup.wall_distance, setup.dtype, 1),
+        open_velocity=tuple(put(b.velocity, setup.dtype, 1, b.axis) for b in setup.open_boundaries),
     )
 
 

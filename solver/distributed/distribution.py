@@ -31,7 +31,7 @@ from solver.distributed.decomposition import Decomposition, choose_mesh
 from solver.distributed.halo import MpiHalo, XlaHalo
 from solver.distributed.runtime import Runtime
 from solver.fluid_setup import FluidSetup
-from solver.fluid_step import FluidGeometry, FluidState, make_chunk
+from solver.fluid_step import FluidGeometry, FluidState, make_chunk, make_geometry
 
 
 class Distribution:
@@ -98,19 +98,7 @@ class Distribution:
 
     def geometry(self, setup: FluidSetup) -> FluidGeometry:
         """The setup's geometry arrays on the devices, in the setup's dtype."""
-
-        def put(arr, dtype, lead=0, skip_axis=None):
-            return None if arr is None else self.put(arr, lead, dtype, skip_axis)
-
-        return FluidGeometry(
-            solid=put(setup.solid, bool),
-            obstacle=put(setup.obstacle, bool),
-            wall_velocity=put(setup.wall_velocity, setup.dtype, 1),
-            wall_distance=put(setup.wall_distance, setup.dtype, 1),
-            open_velocity=tuple(
-                put(b.velocity, setup.dtype, 1, b.axis) for b in setup.open_boundaries
-            ),
-        )
+        return make_geometry(setup, lambda arr, dtype, lead, face: self.put(arr, lead, dtype, face))
 
     # ------------------------------------------------------------------ the compiled chunk
 
@@ -129,16 +117,7 @@ class Distribution:
         local = make_chunk(setup, XlaHalo(self.decomposition))
         state_spec = FluidState(populations=self._spec(1), time=P())
 
-        def spec(arr, lead=0, skip_axis=None):
-            return None if arr is None else self._spec(lead, skip_axis)
-
-        geometry_spec = FluidGeometry(
-            solid=spec(setup.solid),
-            obstacle=spec(setup.obstacle),
-            wall_velocity=spec(setup.wall_velocity, 1),
-            wall_distance=spec(setup.wall_distance, 1),
-            open_velocity=tuple(spec(b.velocity, 1, b.axis) for b in setup.open_boundaries),
-        )
+        geometry_spec = make_geometry(setup, lambda arr, dtype, lead, face: self._spec(lead, face))
 
         def chunk(state: FluidState, geometry: FluidGeometry, n: int):
             mapped = jax.shard_map(
