@@ -1,7 +1,9 @@
 """`python -m solver`: the Hydra application.
 
 Exit codes: 0 done, 2 bad configuration (one line on stderr, no traceback), 3 divergence
-(one line on stderr; output written so far stays intact, run.json has status "diverged").
+(one line on stderr; output written so far stays intact, run.json has status "diverged"),
+75 stopped by SIGTERM/SIGUSR1 after writing a checkpoint (run.json has status "preempted"; run
+the same command with the same run directory to continue).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from omegaconf import DictConfig
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
 EXIT_CONFIG = 2
 EXIT_DIVERGED = 3
+EXIT_PREEMPTED = 75  # = solver.checkpoint.preemption.EXIT_PREEMPTED (not imported: JAX-free)
 
 
 def enable_precision(precision: str) -> None:
@@ -106,16 +109,21 @@ def _hydra_main(cfg: DictConfig) -> None:
 
     output_dir = Path(HydraConfig.get().runtime.output_dir)
     logging.getLogger("jax._src.xla_bridge").setLevel(logging.WARNING)  # no TPU/GPU probe noise
+    logging.getLogger("absl").setLevel(logging.WARNING)  # Orbax's per-save progress records
     try:
         config = load(cfg)
         enable_precision(config.fluid.precision)
-        from solver.simulation import DivergenceError, simulate
+        from solver.simulation import DivergenceError, PreemptedError, simulate
 
         outcome = simulate(config, output_dir)
     except ConfigError as err:
         fail(f"bad configuration: {err}", EXIT_CONFIG)
     except DivergenceError as err:
         fail(f"{err} (output so far in {output_dir})", EXIT_DIVERGED)
+    except PreemptedError as err:
+        print(f"{err}; rerun with the same run dir to continue", file=sys.stderr)
+        sys.stdout.flush()
+        sys.exit(EXIT_PREEMPTED)
     if outcome.density is not None:  # process 0 of a multi-process run, or the only one
         print("\n".join(summary_lines(outcome.summary)), flush=True)
 

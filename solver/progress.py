@@ -33,8 +33,10 @@ class Progress:
         interactive: bool | None = None,
         log_interval: float = 5.0,
         label: str = "",
+        first_step: int = 0,
     ) -> None:
         self.total, self.dt, self.cells = total, dt, cells
+        self.first_step = first_step  # a resumed run starts there
         self.interactive = sys.stdout.isatty() if interactive is None else interactive
         self.log_interval = log_interval
         self.label = label
@@ -64,7 +66,13 @@ class Progress:
                 TimeRemainingColumn(),
             )
             self._bar.start()
-            self._task = self._bar.add_task(self.label, total=self.total, sim_time=0.0, mlups=0.0)
+            self._task = self._bar.add_task(
+                self.label,
+                total=self.total,
+                completed=self.first_step,
+                sim_time=self.first_step * self.dt,
+                mlups=0.0,
+            )
         return self
 
     def update(self, step: int, mlups: float) -> None:
@@ -77,7 +85,7 @@ class Progress:
             return
         self._last_log = now
         elapsed = now - self.start
-        rate = step / elapsed if elapsed > 0 else 0.0
+        rate = (step - self.first_step) / elapsed if elapsed > 0 else 0.0
         eta = (self.total - step) / rate if rate > 0 else float("inf")
         log.info(
             "step %d/%d (%.0f%%)  t = %.4g s  %.1f MLUPS  ETA %s",

@@ -1,13 +1,17 @@
 """The run loop: build the case, advance in compiled chunks, write output between chunks.
 
 Between chunks, and only there, the host writes field output, appends the force history,
-reports progress and checks for divergence (a non-finite or non-positive density on a fluid
-node). On divergence the loop stops at that chunk boundary, writes run.json with status
-"diverged" and raises ``DivergenceError``; everything written before stays intact.
+saves checkpoints, reports progress and checks for divergence (a non-finite or non-positive
+density on a fluid node). On divergence the loop stops at that chunk boundary, writes run.json
+with status "diverged" and raises ``DivergenceError``; everything written before stays intact.
+On SIGTERM or SIGUSR1 it stops at the next chunk boundary, saves a checkpoint, writes run.json
+with status "preempted" and raises ``PreemptedError``. A run with a checkpoint in its checkpoint
+directory continues from it (``checkpoint.resume=auto``).
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import time
@@ -19,6 +23,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from solver.cases import Case, RunData, build_case
+from solver.checkpoint.preemption import StopRequests
+from solver.checkpoint.session import RunCheckpoints
 from solver.config import RunConfig
 from solver.distributed.distribution import distribute
 from solver.distributed.runtime import Runtime, start
@@ -31,6 +37,15 @@ from solver.progress import Progress
 log = logging.getLogger("solver")
 
 OUTPUTS_PER_RUN = 10  # field outputs when output.every is null
+
+
+class PreemptedError(RuntimeError):
+    """Stopped by a signal after saving a checkpoint; ``summary`` is what run.json holds."""
+
+    def __init__(self, message: str, summary: dict, output_dir: Path) -> None:
+        super().__init__(message)
+        self.summary = summary
+        self.output_dir = output_dir
 
 
 class DivergenceError(RuntimeError):
@@ -126,6 +141,17 @@ def likely_cause(case: Case) -> str:
     return "; ".join(causes)
 
 
+def _identity(case: Case) -> dict:
+    """What a checkpoint and the run resuming from it must share."""
+    setup = case.setup
+    return {
+        "case": case.name,
+        "lattice": setup.lattice.name,
+        "shape": list(setup.shape),
+        "precision": setup.dtype,
+    }
+
+
 def output_steps(total: int, every: int | None) -> list[int]:
     """Steps at which fields are written: 0, every, 2 every, ... and the last step."""
     if every is None:
@@ -185,6 +211,21 @@ def simulate(
         runtime.process_count,
     )
 
+    checkpoints = RunCheckpoints(
+        config.checkpoint, output_dir, dist, _identity(case), config.resolved
+    )
+    state = initial_state(
+        setup, dist.put(case.density, 0, setup.dtype), dist.put(case.velocity, 1, setup.dtype)
+    )
+    state = state.replace(time=dist.replicate(state.time))
+    resumed = checkpoints.resume(state, total)
+    done = 0
+    forces: list[np.ndarray] = []
+    if resumed is not None:
+        state, done = resumed.state, resumed.step
+        if "forces" in resumed.host:
+            forces.append(resumed.host["forces"])
+
     outputs: dict[str, str] = {}
     writer = None
     if config.output.fields and root:
@@ -201,19 +242,17 @@ def simulate(
                 "rho0": units.rho0,
                 "dimension": d,
             },
+            resume_step=done if resumed is not None else None,
         )
         outputs["fields_h5"] = str(writer.h5_path)
         outputs["fields_xdmf"] = str(writer.xdmf_path)
     force_log = None
     if case.measures_forces and root:
         scale = 2.0 / (case.info["u_mean_lattice"] ** 2 * case.info["d_cells"])
-        force_log = ForceLog(output_dir / "forces.csv", d, units.dt, scale)
+        history = np.concatenate(forces) if forces else None
+        force_log = ForceLog(output_dir / "forces.csv", d, units.dt, scale, history)
         outputs["forces_csv"] = str(force_log.path)
 
-    state = initial_state(
-        setup, dist.put(case.density, 0, setup.dtype), dist.put(case.velocity, 1, setup.dtype)
-    )
-    state = state.replace(time=dist.replicate(state.time))
     geometry = dist.geometry(setup)
     chunk_fn = dist.chunk(setup)
     macro_fn = jax.jit(lambda s, g: macroscopic(setup, s, g))
@@ -257,31 +296,43 @@ def simulate(
             "units": {**units.as_dict(), "origin": list(case.origin)},
             "case_info": {k: v for k, v in case.info.items() if _json_scalar(v)},
             "outputs": outputs,
+            "checkpoint": checkpoints.summary(),
         }
 
     timing = {"mlups": 0.0, "compile": 0.0}
     schedule = output_steps(total, config.output.every)
     # every process takes part in the gather; process 0 alone holds a writer
-    if config.output.fields:
+    if config.output.fields and resumed is None:
         rho, u = fields_si(state)
         if writer is not None:
             writer.write(0, 0.0, rho, u)
-    forces: list[np.ndarray] = []
     compiled: set[int] = set()
     timed_steps, timed_seconds = 0, 0.0
-    done = 0
     label = f"{case.name} {setup.lattice.name}"
-    with Progress(
-        total,
-        units.dt,
-        setup.cells,
-        interactive if root else False,
-        config.output.log_interval,
-        label,
-    ) as bar:
+
+    def checkpoint_extras(step: int):
+        host = {"step": np.asarray([step], dtype=np.int64)}
+        if forces:
+            host["forces"] = np.concatenate(forces)
+        return host, {"time_s": units.to_physical_time(step)}
+
+    stops = StopRequests()
+    with (
+        stops,
+        Progress(
+            total,
+            units.dt,
+            setup.cells,
+            interactive if root else False,
+            config.output.log_interval,
+            label,
+            first_step=done,
+        ) as bar,
+    ):
         while done < total:
             next_output = next((s for s in schedule if s > done), total)
-            n = min(chunk, total - done, next_output - done)
+            next_save = checkpoints.boundary(done) or total
+            n = min(chunk, total - done, next_output - done, next_save - done)
             t0 = time.perf_counter()
             state, chunk_forces = chunk_fn(state, geometry, n)
             bad = dist.first_bad(*health_fn(state.populations, geometry.solid))  # waits
@@ -297,9 +348,10 @@ def simulate(
                 if timed_seconds > 0
                 else setup.cells * n / seconds / 1e6
             )
-            if force_log is not None:
+            if case.measures_forces:
                 host_forces = np.asarray(_replicated(chunk_forces), dtype=np.float64)
-                force_log.append(done + 1, host_forces)
+                if force_log is not None:
+                    force_log.append(done + 1, host_forces)
                 forces.append(host_forces)
             done += n
             if bad is not None:
@@ -321,6 +373,7 @@ def simulate(
                 }
                 summary["diagnostics"] = {}
                 summary["outputs"]["run_json"] = str(output_dir / "run.json")
+                checkpoints.close()
                 if root:
                     summary = write_run_json(output_dir / "run.json", summary)
                 raise DivergenceError(message, summary, output_dir)
@@ -329,6 +382,25 @@ def simulate(
                 if writer is not None:
                     writer.write(done, units.to_physical_time(done), rho, u)
             bar.update(done, timing["mlups"])
+            extras = functools.partial(checkpoint_extras, done)
+            if checkpoints.after_chunk(done, total, state, extras, stops.requested):
+                summary = base_summary("preempted", done)
+                summary["diagnostics"] = {}
+                summary["outputs"]["run_json"] = str(output_dir / "run.json")
+                if root:
+                    summary = write_run_json(output_dir / "run.json", summary)
+                where = (
+                    f"checkpoint at step {done} in {checkpoints.directory}"
+                    if checkpoints.store is not None
+                    else "no checkpoint (checkpoint.enabled=false)"
+                )
+                raise PreemptedError(
+                    f"stopped by {stops.signal_name or 'a signal on another process'} "
+                    f"at step {done} of {total}: {where}",
+                    summary,
+                    output_dir,
+                )
+    checkpoints.finish(done, state, functools.partial(checkpoint_extras, done))
 
     rho_lat, u_lat = lattice_fields(state)
     if not root:

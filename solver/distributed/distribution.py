@@ -11,6 +11,10 @@ loop talks to it only between chunks:
   it is a device-to-host copy; across processes ``xla`` gathers with an all-gather (every
   process briefly holds the whole field) and ``mpi`` with ``MPI_Gather`` to rank 0.
 - ``first_bad``: the global position of the first diverged cell, from every shard's check.
+- ``global_view`` / ``restore_targets`` / ``local_view``: a state pytree as the global arrays a
+  checkpoint holds, and back. Grid fields are the leaves whose trailing axes are the grid (the
+  local block under ``mpi``); every other leaf is replicated.
+- ``any_process``: flags OR-ed over the processes (stop signals, save decisions).
 """
 
 from __future__ import annotations
@@ -51,6 +55,7 @@ class Distribution:
         else:
             self.backend = runtime.halo
         self.mesh = None
+        self._all_processes_mesh = None  # mpi: a mesh for checkpoints only
         if self.backend == "xla":
             devices = np.array(jax.devices()[: decomposition.shards]).reshape(decomposition.mesh)
             self.mesh = Mesh(devices, decomposition.axis_names)
@@ -170,6 +175,100 @@ class Distribution:
                 start = [b.start for b in self.decomposition.block(rank)]
                 return tuple(int(s + i) for s, i in zip(start, local, strict=True)), rho
         return None
+
+    # ------------------------------------------------------------------ checkpoints
+
+    def _grid_lead(self, shape: tuple[int, ...]) -> int | None:
+        """Leading axes before the grid axes of a leaf of this process, None if not a field."""
+        grid = self.decomposition.local_shape if self.backend == "mpi" else self.decomposition.shape
+        d = len(grid)
+        if len(shape) >= d and tuple(shape[len(shape) - d :]) == tuple(grid):
+            return len(shape) - d
+        return None
+
+    def _process_mesh(self) -> Mesh:
+        """All processes' devices as one mesh, rank r at the mesh position of block r."""
+        if self._all_processes_mesh is None:
+            devices = sorted(jax.devices(), key=lambda dev: (dev.process_index, dev.id))
+            self._all_processes_mesh = Mesh(
+                np.array(devices[: self.decomposition.shards]).reshape(self.decomposition.mesh),
+                self.decomposition.axis_names,
+            )
+        return self._all_processes_mesh
+
+    def _leaf_sharding(self, lead: int | None):
+        if self.backend == "single":
+            return jax.sharding.SingleDeviceSharding(jax.devices()[0])
+        mesh = self._process_mesh() if self.backend == "mpi" else self.mesh
+        return NamedSharding(mesh, P() if lead is None else self._spec(lead))
+
+    def global_view(self, tree):
+        """The state as global arrays: unchanged for single and xla; under mpi each process's
+        blocks joined (without copying) into arrays over all processes."""
+        if self.backend != "mpi":
+            return tree
+
+        def join(leaf):
+            lead = self._grid_lead(leaf.shape)
+            shape = leaf.shape if lead is None else leaf.shape[:lead] + self.decomposition.shape
+            return jax.make_array_from_single_device_arrays(
+                shape, self._leaf_sharding(lead), [leaf]
+            )
+
+        return jax.tree.map(join, tree)
+
+    def restore_targets(self, tree):
+        """Abstract global arrays (shape, dtype, sharding) to restore ``tree``'s leaves into,
+        laid out on this run's mesh."""
+
+        def target(leaf):
+            lead = self._grid_lead(leaf.shape)
+            shape = leaf.shape
+            if self.backend == "mpi" and lead is not None:
+                shape = leaf.shape[:lead] + self.decomposition.shape
+            return jax.ShapeDtypeStruct(shape, leaf.dtype, sharding=self._leaf_sharding(lead))
+
+        return jax.tree.map(target, tree)
+
+    def local_view(self, tree):
+        """Inverse of ``global_view``: under mpi, this process's block of every leaf."""
+        if self.backend != "mpi":
+            return tree
+        return jax.tree.map(lambda leaf: leaf.addressable_data(0), tree)
+
+    def block_offset(self, shape: tuple[int, ...]) -> tuple[int, ...] | None:
+        """Global index of this process's first element of a leaf of ``shape`` (as held
+        here), or None for a replicated leaf."""
+        lead = self._grid_lead(shape)
+        if lead is None:
+            return None
+        if self.backend != "mpi":
+            return (0,) * len(shape)
+        start = [b.start for b in self.decomposition.block(self.runtime.process_index)]
+        return (0,) * lead + tuple(start)
+
+    def any_process(self, flags: list[bool]) -> list[bool]:
+        """Each flag OR-ed over all processes (every process must call this)."""
+        if self.runtime.process_count == 1:
+            return [bool(f) for f in flags]
+        mine = np.asarray([int(bool(f)) for f in flags], dtype=np.int32)
+        if self.runtime.comm is not None:
+            from mpi4py import MPI
+
+            out = np.empty_like(mine)
+            self.runtime.comm.Allreduce(mine, out, op=MPI.MAX)
+            return [bool(v) for v in out]
+        from jax.experimental import multihost_utils
+
+        every = np.asarray(multihost_utils.process_allgather(mine))
+        return [bool(v) for v in every.reshape(-1, len(flags)).max(axis=0)]
+
+    def sum_blocks(self, values: list[int]) -> list[int]:
+        """Per-block integers summed over the MPI processes (mpi); unchanged otherwise, where
+        the arrays are global already. Every process must call this."""
+        if self.backend != "mpi":
+            return [int(v) for v in values]
+        return [int(v) for v in self.runtime.comm.allreduce(np.asarray(values, dtype=object))]
 
 
 def _call_chunk(local: Callable, n: int, state: FluidState, geometry: FluidGeometry):

@@ -7,8 +7,11 @@ of its local rank (or the one GPU Slurm left visible), set before JAX starts its
 
 - ``domain.halo=xla`` with several processes: ``jax.distributed.initialize()`` (it detects
   Slurm and Open MPI by itself), with gloo collectives on CPUs.
-- ``domain.halo=mpi``: no JAX runtime across processes; MPI (mpi4py) connects them and this
-  run gets its own clone of COMM_WORLD, so its messages never mix with a caller's.
+- ``domain.halo=mpi``: MPI (mpi4py) connects the processes for the halos and this run gets its
+  own clone of COMM_WORLD, so its messages never mix with a caller's. JAX's runtime is started
+  as well (coordinator address from rank 0 by MPI broadcast), only so that checkpoints can be
+  written as one global array with every process writing its own block; no device collective
+  goes through it.
 """
 
 from __future__ import annotations
@@ -154,10 +157,12 @@ def start(halo: str, env: dict | None = None) -> Runtime:
                 f"{world.Get_size()} (under Slurm use srun --mpi=pmix)",
             )
         comm = world.Clone()
-        if gpu is not None:
-            import jax
+        import jax
 
+        if gpu is not None:
             jax.config.update("jax_cuda_visible_devices", str(gpu))
+        if comm.Get_size() > 1:
+            _initialize_jax_over_mpi(comm, gpu)
     elif launch.processes > 1:
         import jax
 
@@ -172,6 +177,30 @@ def start(halo: str, env: dict | None = None) -> Runtime:
     _STARTED[halo] = runtime
     log.debug("runtime %s: process %d of %d", halo, runtime.process_index, runtime.process_count)
     return runtime
+
+
+def _initialize_jax_over_mpi(comm, gpu: int | None) -> None:
+    """``jax.distributed.initialize`` with rank 0's host and a free port sent over MPI, so it
+    works under any MPI launcher (JAX's own detection knows only some)."""
+    import socket
+
+    import jax
+
+    address = None
+    if comm.Get_rank() == 0:
+        with socket.socket() as probe:
+            probe.bind(("", 0))
+            port = probe.getsockname()[1]
+        address = f"{socket.gethostname()}:{port}"
+    address = comm.bcast(address, root=0)
+    if gpu is None:
+        jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    jax.distributed.initialize(
+        coordinator_address=address,
+        num_processes=comm.Get_size(),
+        process_id=comm.Get_rank(),
+        local_device_ids=None if gpu is None else [gpu],
+    )
 
 
 def _gpu_plugin_present() -> bool:

@@ -67,6 +67,9 @@ class FieldWriter:
         dx: cell size in m; origin: (d,) m, node i at origin + (i + 0.5) dx.
         solid: (*shape) bool mask.
         attrs: extra root attributes (lattice, case, dt, ...).
+        resume_step: a run resumed from a checkpoint at this step: an existing fields.h5 of
+            the same grid is kept up to this step (later outputs, written after the checkpoint
+            by the interrupted run, are dropped because the resumed run writes them again).
     """
 
     def __init__(
@@ -77,6 +80,7 @@ class FieldWriter:
         origin: tuple[float, ...],
         solid: np.ndarray | None,
         attrs: dict,
+        resume_step: int | None = None,
     ) -> None:
         self.h5_path = Path(directory) / "fields.h5"
         self.xdmf_path = Path(directory) / "fields.xdmf"
@@ -84,6 +88,8 @@ class FieldWriter:
         self.dx = dx
         self.origin = tuple(origin)
         self.steps: list[tuple[int, float]] = []
+        if resume_step is not None and self._reopen(resume_step):
+            return
         if solid is None:
             solid = np.zeros(self.shape, dtype=bool)
         with h5py.File(self.h5_path, "w") as f:
@@ -127,6 +133,23 @@ class FieldWriter:
         self.steps = [s for s in self.steps if s[0] != step] + [(int(step), float(time))]
         self._write_xdmf()
         return name
+
+    def _reopen(self, resume_step: int) -> bool:
+        """Keep an existing file of this grid up to ``resume_step``; False if there is none."""
+        if not self.h5_path.is_file():
+            return False
+        with h5py.File(self.h5_path, "a") as f:
+            if tuple(int(n) for n in f.attrs.get("shape", ())) != self.shape:
+                return False
+            for name in [n for n in f if n.startswith("step_")]:
+                step = int(f[name].attrs["step"])
+                if step > resume_step:
+                    del f[name]
+                else:
+                    self.steps.append((step, float(f[name].attrs["time"])))
+        self.steps.sort()
+        self._write_xdmf()
+        return True
 
     # -- XDMF ---------------------------------------------------------------------------------
 

@@ -47,13 +47,24 @@ class ForceLog:
     Columns: step, time_s, fx_lattice, fy_lattice[, fz_lattice], cd, cl.
     """
 
-    def __init__(self, path: Path, dimension: int, dt: float, coefficient_scale: float) -> None:
+    def __init__(
+        self,
+        path: Path,
+        dimension: int,
+        dt: float,
+        coefficient_scale: float,
+        history: np.ndarray | None = None,
+    ) -> None:
+        """``history``: (n, d) forces after steps 1..n of a resumed run, written first (from
+        the checkpoint, so rows the interrupted run wrote after it are replaced)."""
         self.path = Path(path)
         self.dt = dt
         self.scale = coefficient_scale
         axes = "xyz"[:dimension]
         header = ["step", "time_s"] + [f"f{a}_lattice" for a in axes] + ["cd", "cl"]
         self.path.write_text(",".join(header) + "\n")
+        if history is not None and len(history):
+            self.append(1, history)
 
     def append(self, first_step: int, forces: np.ndarray) -> None:
         """forces: (n, d) lattice force after steps first_step, first_step + 1, ..."""

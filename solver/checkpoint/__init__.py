@@ -1,0 +1,1 @@
+"""Checkpoints: saving, restoring and resuming runs (Orbax), striping and preemption."""

@@ -1,0 +1,50 @@
+"""Stop requests by signal: SIGTERM (Slurm's scancel, a preemption) and SIGUSR1 (Slurm's
+``--signal=USR1@N`` warning before the time limit).
+
+The handler only records the request; the run loop sees it after the current chunk, writes a
+checkpoint and exits with ``EXIT_PREEMPTED``. A second SIGTERM while that happens is not
+caught again: the default action ends the process at once (a user who insists).
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+
+log = logging.getLogger("solver")
+
+EXIT_PREEMPTED = 75  # EX_TEMPFAIL: stopped on request with a checkpoint; resume to continue
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
+
+
+class StopRequests:
+    """Context manager that turns SIGTERM/SIGUSR1 into a flag (main thread only; elsewhere,
+    e.g. a test calling the run loop from a thread, no handler is installed)."""
+
+    def __init__(self) -> None:
+        self.signal_name: str | None = None
+        self._previous: dict[int, object] = {}
+
+    def _handle(self, signum, frame) -> None:
+        name = signal.Signals(signum).name
+        if self.signal_name is None:
+            self.signal_name = name
+            log.warning("%s received: stopping after this chunk with a checkpoint", name)
+        if signum == signal.SIGTERM:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+    @property
+    def requested(self) -> bool:
+        return self.signal_name is not None
+
+    def __enter__(self) -> StopRequests:
+        if threading.current_thread() is threading.main_thread():
+            for sig in STOP_SIGNALS:
+                self._previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for sig, previous in self._previous.items():
+            signal.signal(sig, previous)
+        self._previous.clear()
