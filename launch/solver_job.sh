@@ -11,9 +11,10 @@
 #                         defaults to cpu.
 #   SOLVER_RUN_DIR        Hydra run directory (default: outputs/${SLURM_JOB_NAME}_${SLURM_JOB_ID},
 #                         relative to the submit directory; the same after a requeue)
-#   SOLVER_MAX_REQUEUES   how often the job may requeue itself on the warning signal (default 0
-#                         until the solver resumes from checkpoints: a requeued run restarts;
-#                         0 turns it off)
+#   SOLVER_MAX_REQUEUES   how often the job may requeue itself after the solver stopped with a
+#                         checkpoint (exit code 75: time-limit warning, scancel --signal=USR1 or
+#                         TERM to the steps); default 5, 0 turns it off. The requeued job runs in
+#                         the same run dir and resumes from the newest checkpoint by itself.
 #   SOLVER_SIGNAL_GRACE_S seconds the solver gets to stop after the forwarded USR1 (default 90;
 #                         keep it below the @N of --signal)
 
@@ -33,7 +34,7 @@ gpus_per_node="${SOLVER_GPUS_PER_NODE:-${SLURM_GPUS_PER_NODE:-${SLURM_GPUS_ON_NO
 gpus_per_node="${gpus_per_node##*:}"
 tasks_per_node="${SLURM_NTASKS_PER_NODE:-${SLURM_TASKS_PER_NODE%%(*}}"
 run_dir="${SOLVER_RUN_DIR:-outputs/${SLURM_JOB_NAME}_${SLURM_JOB_ID}}"
-max_requeues="${SOLVER_MAX_REQUEUES:-0}"
+max_requeues="${SOLVER_MAX_REQUEUES:-5}"
 grace_s="${SOLVER_SIGNAL_GRACE_S:-90}"
 
 # One task per GPU: every task sees all GPUs of its node and JAX's Slurm detection gives task
@@ -77,20 +78,13 @@ echo "solver_job: job ${SLURM_JOB_ID} (restart ${SLURM_RESTART_COUNT:-0})" \
     "on ${SLURM_JOB_NODELIST}: ${SLURM_NTASKS} tasks, ${gpus_per_node:-?} GPUs per node," \
     "run dir ${run_dir}"
 
+EXIT_PREEMPTED=75  # the solver stopped on a signal after writing a checkpoint
+
 warned=0
 on_warning() {
     warned=1
-    echo "solver_job: time limit near (USR1); asking the solver to stop" >&2
+    echo "solver_job: time limit near (USR1); asking the solver to checkpoint and stop" >&2
     kill -USR1 "$solver_pid" 2>/dev/null || true
-    local waited=0
-    while kill -0 "$solver_pid" 2>/dev/null && ((waited < grace_s)); do
-        sleep 1
-        waited=$((waited + 1))
-    done
-    if ((${SLURM_RESTART_COUNT:-0} < max_requeues)); then
-        echo "solver_job: requeueing job ${SLURM_JOB_ID}" >&2
-        scontrol requeue "$SLURM_JOB_ID"
-    fi
 }
 trap on_warning USR1
 
@@ -99,9 +93,22 @@ srun "${srun_args[@]}" "$SOLVER_PYTHON" -m solver "hydra.run.dir=${run_dir}" "$@
 solver_pid=$!
 status=0
 wait "$solver_pid" || status=$?
-if ((warned)); then
-    # The signal interrupted `wait` (status 138); bash kept the solver's own exit status.
+# A trapped signal interrupts `wait` (status > 128) while the solver runs on: wait again, up to
+# the grace time, for its own exit status.
+waited=0
+while ((warned)) && kill -0 "$solver_pid" 2>/dev/null && ((waited < grace_s)); do
     status=0
     wait "$solver_pid" || status=$?
+    waited=$((waited + 1))
+done
+if ((status == EXIT_PREEMPTED)); then
+    if ((${SLURM_RESTART_COUNT:-0} < max_requeues)); then
+        echo "solver_job: solver stopped with a checkpoint; requeueing job ${SLURM_JOB_ID}" \
+            "(restart $((${SLURM_RESTART_COUNT:-0} + 1)) of at most ${max_requeues})" >&2
+        scontrol requeue "$SLURM_JOB_ID"
+    else
+        echo "solver_job: solver stopped with a checkpoint; not requeued" \
+            "(SOLVER_MAX_REQUEUES=${max_requeues} reached): resubmit to continue" >&2
+    fi
 fi
 exit "$status"

@@ -4,6 +4,7 @@
                            [--sizes 64,128] [--steps 10] [--case periodic|walls|both]
                            [--repeats 5] [--json PATH]
     python -m solver.bench scaling ...   (weak and strong scaling: see solver/bench_scaling.py)
+    python -m solver.bench checkpoint ...   (cost of checkpoints: see solver/bench_checkpoint.py)
 
 For every lattice, precision, case and size it times the real solver chunk
 (``solver.fluid_step.make_chunk`` on a ``FluidSetup``, jitted with the state donated, as the run
@@ -298,6 +299,10 @@ def main(argv: list[str] | None = None) -> int:
         from solver.bench_scaling import main as scaling_main
 
         return scaling_main(argv[1:])
+    if argv[:1] == ["checkpoint"]:
+        from solver.bench_checkpoint import main as checkpoint_main
+
+        return checkpoint_main(argv[1:])
     args = parse_args(argv)
     cases = CASES if args.case == "both" else (args.case,)
     devices = jax.devices()

@@ -302,10 +302,11 @@ def simulate(
     timing = {"mlups": 0.0, "compile": 0.0}
     schedule = output_steps(total, config.output.every)
     # every process takes part in the gather; process 0 alone holds a writer
-    if config.output.fields and resumed is None:
+    # a resumed run writes its first step again: the run dir may be new (resume=PATH)
+    if config.output.fields and (resumed is None or done in schedule):
         rho, u = fields_si(state)
         if writer is not None:
-            writer.write(0, 0.0, rho, u)
+            writer.write(done, units.to_physical_time(done), rho, u)
     compiled: set[int] = set()
     timed_steps, timed_seconds = 0, 0.0
     label = f"{case.name} {setup.lattice.name}"
