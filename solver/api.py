@@ -72,12 +72,18 @@ def run(
 ) -> RunResult:
     """Run the solver with Hydra overrides and return the result.
 
+    Unlike the command line, a call writes no checkpoints and resumes nothing unless an
+    override asks for it (``checkpoint=default``, ``checkpoint.enabled=true``, ...): a script
+    that runs the same case twice into one folder wants two fresh runs.
+
     Raises:
         solver.config.ConfigError: a bad value (before anything is traced).
         hydra.errors.HydraException (or omegaconf errors): an override that does not compose.
         DivergenceError: the run diverged; run.json (status "diverged") and the output
             written so far are in output_dir.
     """
+    if not any(o.lstrip("+~").startswith("checkpoint") for o in overrides):
+        overrides = ["checkpoint=none", *overrides]
     config = compose_config(overrides)
     enable_precision(config.fluid.precision)
     outcome = simulate(config, Path(output_dir), interactive=interactive)

@@ -390,6 +390,7 @@ def simulate(
                 summary["outputs"]["run_json"] = str(output_dir / "run.json")
                 if root:
                     summary = write_run_json(output_dir / "run.json", summary)
+                stops.hand_over()
                 where = (
                     f"checkpoint at step {done} in {checkpoints.directory}"
                     if checkpoints.store is not None

@@ -8,17 +8,22 @@ the whole file takes about two minutes on two cores.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import os
+import re
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import cluster
+import h5py
+import numpy as np
 import pytest
+from solver_cli import run_solver
 
 pytestmark = pytest.mark.slurm
 
@@ -31,10 +36,26 @@ JOB_BODY = REPO / "launch" / "solver_job.sh"
 # walls, split into two blocks of 9 x 18 cells, 40 steps.
 SMALL_CASE = ("case=cavity", "case.resolution=16", "steps=40", "output.png=false")
 TWO_BLOCKS = "domain.mesh=[2,1]"
+# A cavity that two processes on two cores (2 x 64 x 128 cells) still step for about 12 s after
+# its first checkpoint (step 500) is on disk, so a signal sent then stops it midway. One process
+# without Slurm runs it in about 6 s.
+RESUME_STEPS = 3000
+RESUME_CASE = (
+    "case=cavity",
+    "case.resolution=126",
+    f"steps={RESUME_STEPS}",
+    "chunk=100",
+    "output.every=500",
+    "output.png=false",
+    "checkpoint.every_steps=500",
+)
 # Wall-clock limits. Each job also gets a Slurm time limit, so nothing outlives a failed test.
 SRUN_TIMEOUT_S = 150
 JOB_TIMEOUT_S = 180
 SWEEP_TIMEOUT_S = 240
+REFERENCE_TIMEOUT_S = 300
+# Times as `scontrol show job` prints them (local time).
+TIME_FORMAT = "%Y-%m-%dT%H:%M:%S"
 
 
 @pytest.fixture(scope="session")
@@ -65,6 +86,26 @@ def _tail(path: Path, lines: int = 40) -> str:
     if not path.exists():
         return f"({path} missing)"
     return f"--- {path} ---\n" + "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+
+
+@contextlib.contextmanager
+def _cancel_on_failure(job_id: str, job_log: Path) -> Iterator[None]:
+    """Cancel the job if the block fails, and add the job's log to the failure message."""
+    try:
+        yield
+    except (AssertionError, cluster.ClusterError, subprocess.TimeoutExpired) as err:
+        cluster.run(["scancel", job_id])
+        raise AssertionError(f"{err}\n{_tail(job_log)}") from None
+
+
+def _fields(run_dir: Path) -> dict[str, dict[str, np.ndarray]]:
+    """Every output step of fields.h5: {group: {density, velocity}}."""
+    with h5py.File(run_dir / "fields.h5", "r") as f:
+        return {
+            group: {name: f[group][name][...] for name in ("density", "velocity")}
+            for group in f
+            if group.startswith("step")
+        }
 
 
 def _assert_completed_run(run_dir: Path, processes: int, context: str = "") -> None:
@@ -118,7 +159,9 @@ def test_sbatch_single_node_template_on_cpu(slurm_cluster: cluster.Cluster, tmp_
 
 
 # Stands in for python in the requeue test: the template calls it as `SOLVER_PYTHON -m solver
-# hydra.run.dir=DIR ...`. The first run waits for USR1; the requeued run exits at once.
+# hydra.run.dir=DIR ...`. The first run waits for USR1 and then exits with the real solver's
+# "stopped with a checkpoint" code (75, the only one the job body requeues on); the requeued run
+# exits at once.
 FAKE_SOLVER = r"""#!/bin/bash
 for arg in "$@"; do [[ $arg == hydra.run.dir=* ]] && run_dir=${arg#hydra.run.dir=}; done
 mkdir -p "$run_dir"
@@ -126,7 +169,7 @@ if ((${SLURM_RESTART_COUNT:-0} > 0)); then
     touch "$run_dir/restarted_$SLURM_PROCID"
     exit 0
 fi
-trap 'touch "$run_dir/usr1_$SLURM_PROCID"; exit 0' USR1
+trap 'touch "$run_dir/usr1_$SLURM_PROCID"; exit 75' USR1
 touch "$run_dir/ready_$SLURM_PROCID"
 while true; do sleep 0.2; done
 """
@@ -138,6 +181,34 @@ def _wait_for(condition, timeout_s: float, what: str) -> None:
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
         time.sleep(0.5)
+
+
+def _release_requeued(job_id: str, restarts: int, timeout_s: float = 90) -> None:
+    """Wait until the job has requeued itself `restarts` times, then let it start at once.
+
+    A requeued job is held about two minutes (Reason=BeginTime) before it may start again.
+    Earlier, while the first run still ends, an update of its start time does not stick. And
+    slurmd refuses a job credential issued in the same second as (or before) the one in which it
+    revoked the job's old credential for the requeue (`cred->ctime <= revoked`, whole seconds):
+    released at once, the job fails at launch ("Job credential revoked", ExitCode 1:0). The
+    requeue resets SubmitTime, so the release waits until two seconds after it.
+    """
+    holder: dict[str, cluster.JobInfo] = {}
+
+    def requeued() -> bool:
+        info = cluster.job_info(job_id)
+        if info is None:
+            return False
+        holder["info"] = info
+        return (
+            info.fields.get("Restarts") == str(restarts)
+            and info.fields.get("Reason") == "BeginTime"
+        )
+
+    _wait_for(requeued, timeout_s, f"the job to requeue itself ({restarts} restart(s))")
+    requeued_at = time.mktime(time.strptime(holder["info"].fields["SubmitTime"], TIME_FORMAT))
+    time.sleep(max(0.0, requeued_at + 2.0 - time.time()))
+    cluster.run(["scontrol", "update", f"JobId={job_id}", "StartTime=now"], check=True)
 
 
 def test_sbatch_template_forwards_warning_and_requeues(
@@ -159,33 +230,106 @@ def test_sbatch_template_forwards_warning_and_requeues(
     )
     run_dir = tmp_path / "outputs" / f"{job_name}_{job_id}"
     job_log = tmp_path / f"slurm-{job_name}-{job_id}.out"
-    try:
+    with _cancel_on_failure(job_id, job_log):
         ready = [run_dir / f"ready_{rank}" for rank in range(2)]
         _wait_for(lambda: all(p.exists() for p in ready), 60, "both tasks to start")
         # What Slurm does 120 s before the time limit (--signal=B:USR1@120), now.
         cluster.run(["scancel", "--signal=USR1", "--batch", job_id], check=True)
-        # A requeued job is held about two minutes (Reason=BeginTime) before it may start again;
-        # release it at once. Earlier, while the first run still ends, the update does not stick.
-        _wait_for(
-            lambda: (
-                (info := cluster.job_info(job_id)) is not None
-                and info.fields.get("Restarts") == "1"
-                and info.fields.get("Reason") == "BeginTime"
-            ),
-            60,
-            "the job to requeue itself",
-        )
-        cluster.run(["scontrol", "update", f"JobId={job_id}", "StartTime=now"], check=True)
+        _release_requeued(job_id, restarts=1)
         info = cluster.wait_for_job(job_id, timeout_s=JOB_TIMEOUT_S)
-    except AssertionError as err:
-        cluster.run(["scancel", job_id])
-        raise AssertionError(f"{err}\n{_tail(job_log)}") from None
-    assert info.succeeded, (
-        f"job {job_id} ended {info.state} (exit {info.exit_code})\n{_tail(job_log)}"
-    )
+    log = _tail(job_log)
+    assert info.succeeded, f"job {job_id} ended {info.state} (exit {info.exit_code})\n{log}"
+    text = job_log.read_text(errors="replace")
+    assert "time limit near (USR1)" in text, f"the batch shell did not get USR1\n{log}"
+    assert f"requeueing job {job_id}" in text, f"the job body did not requeue\n{log}"
     for rank in range(2):
-        assert (run_dir / f"usr1_{rank}").exists(), f"task {rank} got no USR1\n{_tail(job_log)}"
-        assert (run_dir / f"restarted_{rank}").exists(), f"task {rank} did not run again"
+        assert (run_dir / f"usr1_{rank}").exists(), f"task {rank} got no USR1\n{log}"
+        assert (run_dir / f"restarted_{rank}").exists(), f"task {rank} did not run again\n{log}"
+
+
+def test_usr1_checkpoints_requeues_and_resumes_bitwise(
+    slurm_cluster: cluster.Cluster, tmp_path: Path
+) -> None:
+    """The real solver under the template: `scancel --signal=USR1` (to the job step's tasks, the
+    solver processes) mid-run makes them checkpoint and exit 75, the job body requeues the job,
+    and the requeued job resumes in the same run dir from that checkpoint and ends with fields
+    bit-identical to an uninterrupted one-process run without Slurm."""
+    job_name = "pytest-resume"
+    env = _env(SOLVER_ROOT=str(REPO), SOLVER_PYTHON=PYTHON)
+    del env["JAX_PLATFORMS"]  # the template's CPU path sets it
+    overrides = [*RESUME_CASE, TWO_BLOCKS, "domain.halo=xla"]
+    job_id = cluster.submit(
+        [
+            *("--gpus-per-node=0", "--ntasks-per-node=2", "--cpus-per-task=1", "--time=6"),
+            f"--job-name={job_name}",
+            str(SINGLE_NODE),
+            *overrides,
+        ],
+        env=env,
+        cwd=tmp_path,
+    )
+    run_dir = tmp_path / "outputs" / f"{job_name}_{job_id}"
+    job_log = tmp_path / f"slurm-{job_name}-{job_id}.out"
+    first_checkpoint = run_dir / "checkpoints" / "500" / "manifest.json"
+    with _cancel_on_failure(job_id, job_log):
+        # The first checkpoint is on disk: the solver is stepping, with 2500 steps to go.
+        _wait_for(first_checkpoint.exists, JOB_TIMEOUT_S, str(first_checkpoint))
+        # No --batch: Slurm signals the tasks of the job's steps, not the batch shell.
+        cluster.run(["scancel", "--signal=USR1", job_id], check=True)
+        _release_requeued(job_id, restarts=1)
+        info = cluster.wait_for_job(job_id, timeout_s=JOB_TIMEOUT_S)
+    log = _tail(job_log, 60)
+    assert info.succeeded, f"job {job_id} ended {info.state} (exit {info.exit_code})\n{log}"
+    assert info.fields.get("Restarts") == "1", f"Restarts={info.fields.get('Restarts')}\n{log}"
+
+    # First run: every process stopped at the same chunk end with a checkpoint there (the
+    # message goes to stderr, i.e. the job's .out file); the job body requeued the job.
+    text = job_log.read_text(errors="replace")
+    stops = re.findall(
+        rf"stopped by SIGUSR1 at step (\d+) of {RESUME_STEPS}: checkpoint at step (\d+) in (\S+)",
+        text,
+    )
+    assert len(stops) == 2, f"expected one stop message per process, got {stops}\n{log}"
+    stop_step = int(stops[0][0])
+    assert all(s == (str(stop_step), str(stop_step), stops[0][2]) for s in stops), stops
+    assert 0 < stop_step < RESUME_STEPS, f"stopped at step {stop_step}\n{log}"
+    checkpoints = (run_dir / "checkpoints").resolve()
+    assert Path(stops[0][2]).resolve() == checkpoints, f"checkpoint in {stops[0][2]}\n{log}"
+    assert (checkpoints / str(stop_step) / "manifest.json").is_file(), sorted(
+        p.name for p in checkpoints.iterdir()
+    )
+    assert f"requeueing job {job_id}" in text, f"the job body did not requeue\n{log}"
+    assert "(restart 1)" in text, f"no second run in the job log\n{log}"
+
+    # Requeued run: every process resumed from the stop's checkpoint.
+    for rank in range(2):
+        process_log = run_dir / "logs" / f"process_{rank}.log"
+        resumed = re.findall(r"resumed from (\S+) \(step (\d+)", process_log.read_text())
+        assert resumed, f"no 'resumed from' in {process_log}\n{_tail(process_log)}"
+        path, step = resumed[-1]
+        assert int(step) == stop_step, f"process {rank} resumed from step {step}, not {stop_step}"
+        assert Path(path).resolve() == checkpoints / str(stop_step), path
+    summary = json.loads((run_dir / "run.json").read_text())
+    assert summary.get("status") == "completed", f"run.json status {summary.get('status')!r}"
+    assert summary.get("steps") == RESUME_STEPS, f"run.json steps {summary.get('steps')!r}"
+
+    # The same case uninterrupted, in one process without Slurm: identical fields, bit for bit.
+    reference = tmp_path / "reference"
+    result = run_solver(
+        [*RESUME_CASE, "domain=single", f"hydra.run.dir={reference}"],
+        timeout=REFERENCE_TIMEOUT_S,
+    )
+    assert result.returncode == 0, f"reference run exited {result.returncode}\n{result.stderr[-3000:]}"
+    ours, expected = _fields(run_dir), _fields(reference)
+    assert sorted(ours) == sorted(expected), f"output steps {sorted(ours)} != {sorted(expected)}"
+    final = max(expected)
+    for group in sorted(expected):
+        for name in ("density", "velocity"):
+            assert np.array_equal(ours[group][name], expected[group][name]), (
+                f"{name} at {group} differs from the uninterrupted run "
+                f"(max |diff| {np.max(np.abs(ours[group][name] - expected[group][name]))}; "
+                f"final output {final}; stopped at step {stop_step})"
+            )
 
 
 def test_hydra_slurm_launcher_sweep(slurm_cluster: cluster.Cluster, tmp_path: Path) -> None:

@@ -1,9 +1,12 @@
-"""Stop requests by signal: SIGTERM (Slurm's scancel, a preemption) and SIGUSR1 (Slurm's
-``--signal=USR1@N`` warning before the time limit).
+"""Stop requests by signal: SIGTERM (Slurm's scancel, a preemption), SIGUSR1 (Slurm's
+``--signal=USR1@N`` warning before the time limit) and SIGUSR2 (submitit's timeout signal).
 
 The handler only records the request; the run loop sees it after the current chunk, writes a
 checkpoint and exits with ``EXIT_PREEMPTED``. A second SIGTERM while that happens is not
 caught again: the default action ends the process at once (a user who insists).
+
+A Python handler that was installed before (submitit's, which requeues the job under the
+Hydra Slurm launcher) is not lost: ``hand_over`` calls it once the checkpoint is written.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ import threading
 log = logging.getLogger("solver")
 
 EXIT_PREEMPTED = 75  # EX_TEMPFAIL: stopped on request with a checkpoint; resume to continue
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2)
 
 
 class StopRequests:
@@ -30,6 +33,7 @@ class StopRequests:
         name = signal.Signals(signum).name
         if self.signal_name is None:
             self.signal_name = name
+            self._signum, self._frame = signum, frame
             log.warning("%s received: stopping after this chunk with a checkpoint", name)
         if signum == signal.SIGTERM:
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
@@ -37,6 +41,16 @@ class StopRequests:
     @property
     def requested(self) -> bool:
         return self.signal_name is not None
+
+    def hand_over(self) -> None:
+        """Call the handler the received signal had before (if it was a Python function),
+        e.g. submitit's requeue; it may exit the process."""
+        if self.signal_name is None:
+            return
+        previous = self._previous.get(self._signum)
+        if callable(previous):
+            log.info("passing %s on to the handler installed before the run", self.signal_name)
+            previous(self._signum, self._frame)
 
     def __enter__(self) -> StopRequests:
         if threading.current_thread() is threading.main_thread():
