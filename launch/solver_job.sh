@@ -15,8 +15,6 @@
 #                         checkpoint (exit code 75: time-limit warning, scancel --signal=USR1 or
 #                         TERM to the steps); default 5, 0 turns it off. The requeued job runs in
 #                         the same run dir and resumes from the newest checkpoint by itself.
-#   SOLVER_SIGNAL_GRACE_S seconds the solver gets to stop after the forwarded USR1 (default 90;
-#                         keep it below the @N of --signal)
 
 set -euo pipefail
 
@@ -35,7 +33,6 @@ gpus_per_node="${gpus_per_node##*:}"
 tasks_per_node="${SLURM_NTASKS_PER_NODE:-${SLURM_TASKS_PER_NODE%%(*}}"
 run_dir="${SOLVER_RUN_DIR:-outputs/${SLURM_JOB_NAME}_${SLURM_JOB_ID}}"
 max_requeues="${SOLVER_MAX_REQUEUES:-5}"
-grace_s="${SOLVER_SIGNAL_GRACE_S:-90}"
 
 # One task per GPU: every task sees all GPUs of its node and JAX's Slurm detection gives task
 # SLURM_LOCALID the GPU of the same index, so the counts must agree.
@@ -80,6 +77,23 @@ echo "solver_job: job ${SLURM_JOB_ID} (restart ${SLURM_RESTART_COUNT:-0})" \
 
 EXIT_PREEMPTED=75  # the solver stopped on a signal after writing a checkpoint
 
+# A run.json newer than this file was written by this run (stopped_with_checkpoint). In the run
+# dir, so that both time stamps come from the same filesystem.
+mkdir -p "$run_dir"
+run_started="${run_dir}/.solver_job_started"
+touch "$run_started"
+
+# Whether the solver stopped with a checkpoint. srun exits with 75 when every task did. But as
+# soon as the first task exits with 75, srun (--kill-on-bad-exit) terminates the others: one that
+# is still exiting then ends by SIGTERM and srun reports 143. Process 0 writes run.json with
+# status "preempted" after the checkpoint and before it exits, so this run's run.json decides.
+stopped_with_checkpoint() {
+    ((status == EXIT_PREEMPTED)) && return 0
+    local summary="${run_dir}/run.json"
+    [[ -f "$summary" && "$summary" -nt "$run_started" ]] &&
+        grep -q '"status": *"preempted"' "$summary"
+}
+
 warned=0
 on_warning() {
     warned=1
@@ -93,17 +107,17 @@ srun "${srun_args[@]}" "$SOLVER_PYTHON" -m solver "hydra.run.dir=${run_dir}" "$@
 solver_pid=$!
 status=0
 wait "$solver_pid" || status=$?
-# A trapped signal interrupts `wait` (status > 128) while the solver runs on: wait again, up to
-# the grace time, for its own exit status.
-waited=0
-while ((warned)) && kill -0 "$solver_pid" 2>/dev/null && ((waited < grace_s)); do
+# A trapped signal interrupts `wait` (status > 128) while the solver runs on to its checkpoint:
+# wait again for its own exit status. (The time limit bounds this: --signal=B:USR1@120 leaves
+# the solver 120 s for its chunk and the save.)
+while ((warned)) && kill -0 "$solver_pid" 2>/dev/null; do
     status=0
     wait "$solver_pid" || status=$?
-    waited=$((waited + 1))
 done
-if ((status == EXIT_PREEMPTED)); then
+if stopped_with_checkpoint; then
     if ((${SLURM_RESTART_COUNT:-0} < max_requeues)); then
-        echo "solver_job: solver stopped with a checkpoint; requeueing job ${SLURM_JOB_ID}" \
+        echo "solver_job: solver stopped with a checkpoint (srun exit status ${status});" \
+            "requeueing job ${SLURM_JOB_ID}" \
             "(restart $((${SLURM_RESTART_COUNT:-0} + 1)) of at most ${max_requeues})" >&2
         scontrol requeue "$SLURM_JOB_ID"
     else

@@ -2,8 +2,9 @@
 
 Exit codes: 0 done, 2 bad configuration (one line on stderr, no traceback), 3 divergence
 (one line on stderr; output written so far stays intact, run.json has status "diverged"),
-75 stopped by SIGTERM/SIGUSR1 after writing a checkpoint (run.json has status "preempted"; run
-the same command with the same run directory to continue).
+75 stopped by SIGTERM/SIGUSR1/SIGUSR2 after writing a checkpoint (run.json has status
+"preempted"; run the same command with the same run directory to continue), 76 stopped by a
+signal with checkpoints off (status "stopped"; nothing to resume).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
 EXIT_CONFIG = 2
 EXIT_DIVERGED = 3
 EXIT_PREEMPTED = 75  # = solver.checkpoint.preemption.EXIT_PREEMPTED (not imported: JAX-free)
+EXIT_STOPPED = 76  # stopped by a signal with checkpoints off: nothing to resume
 
 
 def enable_precision(precision: str) -> None:
@@ -121,9 +123,10 @@ def _hydra_main(cfg: DictConfig) -> None:
     except DivergenceError as err:
         fail(f"{err} (output so far in {output_dir})", EXIT_DIVERGED)
     except PreemptedError as err:
-        print(f"{err}; rerun with the same run dir to continue", file=sys.stderr)
-        sys.stdout.flush()
-        sys.exit(EXIT_PREEMPTED)
+        # not an error: the run did what it was asked
+        hint = "; rerun with the same run dir to continue" if err.resumable else ""
+        print(f"{err}{hint}", file=sys.stderr, flush=True)
+        sys.exit(EXIT_PREEMPTED if err.resumable else EXIT_STOPPED)
     if outcome.density is not None:  # process 0 of a multi-process run, or the only one
         print("\n".join(summary_lines(outcome.summary)), flush=True)
 

@@ -81,6 +81,7 @@ class CheckpointConfig:
     stripe_count: int | None  # Lustre stripes per file (-1: all targets); None: keep default
     stripe_size: int | None  # bytes per Lustre stripe; None: keep default
     file_size: int  # target bytes per Orbax data file
+    compress: bool = False  # zstd on the state's chunks
 
     @classmethod
     def disabled(cls) -> CheckpointConfig:
@@ -377,6 +378,7 @@ def _checkpoint(s: _Section) -> CheckpointConfig:
         stripe_count=stripe_count,
         stripe_size=size("stripe_size", allow_none=True),
         file_size=size("file_size", allow_none=False),
+        compress=s.boolean("compress"),
     )
 
 

@@ -40,12 +40,14 @@ OUTPUTS_PER_RUN = 10  # field outputs when output.every is null
 
 
 class PreemptedError(RuntimeError):
-    """Stopped by a signal after saving a checkpoint; ``summary`` is what run.json holds."""
+    """Stopped by a signal; ``resumable`` if a checkpoint was saved first; ``summary`` is what
+    run.json holds (status "preempted", or "stopped" without a checkpoint)."""
 
-    def __init__(self, message: str, summary: dict, output_dir: Path) -> None:
+    def __init__(self, message: str, summary: dict, output_dir: Path, resumable: bool) -> None:
         super().__init__(message)
         self.summary = summary
         self.output_dir = output_dir
+        self.resumable = resumable
 
 
 class DivergenceError(RuntimeError):
@@ -101,9 +103,9 @@ def _process_logging(output_dir: Path, runtime: Runtime) -> None:
     )
     root = logging.getLogger()
     if not runtime.is_root:
+        # the console and Hydra's <run dir>/solver.log belong to process 0
         for h in list(root.handlers):
-            if isinstance(h, logging.StreamHandler) and not isinstance(h, logging.FileHandler):
-                root.removeHandler(h)
+            root.removeHandler(h)
     root.addHandler(handler)
     if root.level > logging.INFO or root.level == logging.NOTSET:
         root.setLevel(logging.INFO)
@@ -172,13 +174,26 @@ def simulate(
 
     In a multi-process run every process calls this; process 0 writes the files (into its
     ``output_dir``, which all processes adopt) and returns the fields, the others return
-    ``density``/``velocity`` None.
+    ``density``/``velocity`` None. SIGTERM/SIGUSR1/SIGUSR2 from the start on (also during
+    start-up and compilation) stop the run at the next chunk end.
 
     Raises:
-        ConfigError: from building the case or checking the decomposition (before anything
-            is traced).
+        ConfigError: from building the case, checking the decomposition or the checkpoint to
+            resume (before anything is traced or written).
         DivergenceError: after writing run.json with status "diverged".
+        PreemptedError: stopped by a signal, after a checkpoint (if enabled) and run.json.
     """
+    with StopRequests() as stops:
+        return _simulate(config, output_dir, interactive, case, stops)
+
+
+def _simulate(
+    config: RunConfig,
+    output_dir: Path,
+    interactive: bool | None,
+    case: Case | None,
+    stops: StopRequests,
+) -> Outcome:
     t_start = time.perf_counter()
     runtime = start(config.domain.halo)
     output_dir = Path(runtime.broadcast_text(str(output_dir)))
@@ -317,9 +332,7 @@ def simulate(
             host["forces"] = np.concatenate(forces)
         return host, {"time_s": units.to_physical_time(step)}
 
-    stops = StopRequests()
     with (
-        stops,
         Progress(
             total,
             units.dt,
@@ -385,7 +398,8 @@ def simulate(
             bar.update(done, timing["mlups"])
             extras = functools.partial(checkpoint_extras, done)
             if checkpoints.after_chunk(done, total, state, extras, stops.requested):
-                summary = base_summary("preempted", done)
+                saved = checkpoints.store is not None
+                summary = base_summary("preempted" if saved else "stopped", done)
                 summary["diagnostics"] = {}
                 summary["outputs"]["run_json"] = str(output_dir / "run.json")
                 if root:
@@ -393,14 +407,15 @@ def simulate(
                 stops.hand_over()
                 where = (
                     f"checkpoint at step {done} in {checkpoints.directory}"
-                    if checkpoints.store is not None
-                    else "no checkpoint (checkpoint.enabled=false)"
+                    if saved
+                    else "no checkpoint (checkpoint.enabled=false): a rerun starts at step 0"
                 )
                 raise PreemptedError(
                     f"stopped by {stops.signal_name or 'a signal on another process'} "
                     f"at step {done} of {total}: {where}",
                     summary,
                     output_dir,
+                    resumable=saved,
                 )
     checkpoints.finish(done, state, functools.partial(checkpoint_extras, done))
 

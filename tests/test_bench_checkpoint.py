@@ -33,9 +33,10 @@ def test_checkpoint_bench_reports_every_mode_and_cleans_up(tmp_path):
     for name, mode in payload["modes"].items():
         assert len(mode["mlups_runs"]) == 1, name
         assert math.isfinite(mode["mlups"]) and mode["mlups"] > 0, name
+        assert math.isfinite(mode["drop_pct_paired"]) and mode["cpu_share"] > 0, name
     none = payload["modes"]["none"]
     assert none["saves"] == 0 and none["bytes_per_checkpoint"] == 0
-    assert none["restore_gbs"] is None and none["drop_pct"] == 0.0
+    assert none["restore_gbs"] is None and none["drop_pct"] == none["drop_pct_paired"] == 0.0
     for name in ("async", "blocking"):
         mode = payload["modes"][name]
         assert mode["saves"] == SAVES, f"{name}: {mode['saves']} saves, expected {SAVES}"

@@ -105,10 +105,16 @@ def _solver_ranks(mpirun_pid: int) -> list[int]:
     return [int(p) for p in out]
 
 
-def test_sigkill_of_one_mpi_rank_then_resume_equals_uninterrupted(tmp_path):
+@pytest.fixture(scope="module")
+def long_reference(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("long_reference")
+    solver_ok([*LONG, "domain=single", f"hydra.run.dir={out}"])
+    return out
+
+
+def test_sigkill_of_one_mpi_rank_then_resume_equals_uninterrupted(tmp_path, long_reference):
     launcher = mpirun_or_skip()
-    reference = tmp_path / "reference"
-    solver_ok([*LONG, "domain=single", f"hydra.run.dir={reference}"])
+    reference = long_reference
 
     run_dir = tmp_path / "run"
     args = [*LONG, "domain.halo=mpi", "domain.mesh=[2,1]", f"hydra.run.dir={run_dir}"]
@@ -152,6 +158,65 @@ def test_sigkill_of_one_mpi_rank_then_resume_equals_uninterrupted(tmp_path):
     assert summary["status"] == "completed" and summary["steps"] == 3000
     assert summary["checkpoint"]["resumed_from"]["step"] == step
     assert_same_fields(run_dir, reference)
+
+
+# ---------------------------------------------------------------------------- signals
+
+
+def _start_and_signal(args: list[str], run_dir: Path, signum: int) -> subprocess.Popen:
+    """Start ``python -m solver``, send ``signum`` as soon as the run has started (its log
+    names the domain: start-up and compilation are still going on), wait for the end."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "solver", *args, f"hydra.run.dir={run_dir}"],
+        cwd=ROOT,
+        env={**os.environ, "JAX_PLATFORMS": "cpu"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    log = run_dir / "solver.log"
+    try:
+        _wait_for(
+            lambda: log.is_file() and "domain: mesh" in log.read_text(),
+            120,
+            "the run to start",
+            process,
+        )
+        process.send_signal(signum)
+        process.stdout_text, process.stderr_text = process.communicate(timeout=300)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+    return process
+
+
+def test_sigterm_during_start_up_stops_with_a_checkpoint_then_resumes(tmp_path, long_reference):
+    run_dir = tmp_path / "run"
+    stopped = _start_and_signal([*LONG, "domain=single"], run_dir, signal.SIGTERM)
+    assert stopped.returncode == 75, stopped.stderr_text[-3000:]
+    summary = json.loads((run_dir / "run.json").read_text())
+    assert summary["status"] == "preempted" and 0 < summary["steps"] < 3000
+    step = summary["steps"]
+    assert f"stopped by SIGTERM at step {step} of 3000" in stopped.stderr_text
+    assert (run_dir / "checkpoints" / str(step) / "manifest.json").is_file()
+
+    log = solver_ok([*LONG, "domain=single", f"hydra.run.dir={run_dir}"])
+    assert resumed_step(log) == step
+    assert_same_fields(run_dir, long_reference)
+
+
+def test_signal_with_checkpoints_off_stops_cleanly_without_one(tmp_path):
+    run_dir = tmp_path / "run"
+    stopped = _start_and_signal(
+        [*LONG, "domain=single", "checkpoint=none"], run_dir, signal.SIGUSR1
+    )
+    assert stopped.returncode == 76, stopped.stderr_text[-3000:]
+    summary = json.loads((run_dir / "run.json").read_text())
+    assert summary["status"] == "stopped" and summary["steps"] < 3000
+    assert "no checkpoint" in stopped.stderr_text
+    assert not (run_dir / "checkpoints").exists()
+    assert "step_00000000" in fields(run_dir), "the output written so far is kept"
 
 
 # ---------------------------------------------------------------------------- damaged checkpoints

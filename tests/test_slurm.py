@@ -1,9 +1,15 @@
 """Runs on a real one-node Slurm cluster (tests/cluster.py): `srun` with MPI halos, the sbatch
-templates of launch/ (run, preemption warning and requeue), and the Hydra Slurm launcher.
+templates of launch/, and the Hydra Slurm launcher.
+
+The templates: a plain run; the time-limit warning (USR1 to the batch shell, forwarded to the
+solver; a fake solver that exits 75) and the requeue that follows; and the real solver stopped by
+USR1 to its processes, which checkpoints, exits 75, is requeued, resumes in the same run dir and
+ends bit-identical to an uninterrupted one-process run without Slurm.
 
 Select with `pytest -m slurm`. The cluster tests skip unless this is root with Slurm, munge and
-Open MPI installed (`make test` installs them when run as root). Grids are tiny and runs short:
-the whole file takes about two minutes on two cores.
+Open MPI installed (`make test` installs them when run as root). Grids are small and runs short:
+the whole file takes about two minutes on two cores (the checkpoint-and-resume test about one of
+them), longer when other work shares the cores.
 """
 
 from __future__ import annotations
@@ -159,9 +165,12 @@ def test_sbatch_single_node_template_on_cpu(slurm_cluster: cluster.Cluster, tmp_
 
 
 # Stands in for python in the requeue test: the template calls it as `SOLVER_PYTHON -m solver
-# hydra.run.dir=DIR ...`. The first run waits for USR1 and then exits with the real solver's
-# "stopped with a checkpoint" code (75, the only one the job body requeues on); the requeued run
-# exits at once.
+# hydra.run.dir=DIR ...`. The first run waits for USR1 and then does what the real solver does:
+# once every process has the signal (the real one's checkpoint is collective), process 0 writes
+# run.json with status "preempted", and every process exits with 75 ("stopped with a checkpoint",
+# the only exit the job body requeues on). Process 1 exits 2 s after process 0, as a slower
+# process might: srun (--kill-on-bad-exit) terminates it first (srun exits 143), and the job body
+# must requeue all the same. The requeued run exits at once.
 FAKE_SOLVER = r"""#!/bin/bash
 for arg in "$@"; do [[ $arg == hydra.run.dir=* ]] && run_dir=${arg#hydra.run.dir=}; done
 mkdir -p "$run_dir"
@@ -169,7 +178,17 @@ if ((${SLURM_RESTART_COUNT:-0} > 0)); then
     touch "$run_dir/restarted_$SLURM_PROCID"
     exit 0
 fi
-trap 'touch "$run_dir/usr1_$SLURM_PROCID"; exit 75' USR1
+stop() {
+    : >"$run_dir/usr1_$SLURM_PROCID"
+    if ((SLURM_PROCID == 0)); then
+        for _ in {1..100}; do [[ -e $run_dir/usr1_1 ]] && break; sleep 0.1; done
+        echo '{"status": "preempted"}' >"$run_dir/run.json"
+    else
+        sleep 2
+    fi
+    exit 75
+}
+trap stop USR1
 touch "$run_dir/ready_$SLURM_PROCID"
 while true; do sleep 0.2; done
 """
@@ -183,15 +202,38 @@ def _wait_for(condition, timeout_s: float, what: str) -> None:
         time.sleep(0.5)
 
 
+def _slurmd_spool_dir() -> Path:
+    result = cluster.run(["scontrol", "show", "config"], timeout_s=10)
+    for line in result.stdout.splitlines():
+        key, _, value = line.partition("=")
+        if key.strip() == "SlurmdSpoolDir":
+            return Path(value.strip())
+    return Path("/var/spool/slurmd")
+
+
+def _step_leftovers(job_id: str) -> list[str]:
+    """What the job's step daemons keep in slurmd's spool dir until they exit (their sockets,
+    the PMIx server's socket and folder, e.g. `stepd.slurm.pmix.<job>.0`)."""
+    spool = _slurmd_spool_dir()
+    if not spool.is_dir():
+        return []
+    step = re.compile(rf"(^|[._]){re.escape(job_id)}\.\d+")
+    return sorted(p.name for p in spool.iterdir() if step.search(p.name))
+
+
 def _release_requeued(job_id: str, restarts: int, timeout_s: float = 90) -> None:
     """Wait until the job has requeued itself `restarts` times, then let it start at once.
 
-    A requeued job is held about two minutes (Reason=BeginTime) before it may start again.
-    Earlier, while the first run still ends, an update of its start time does not stick. And
-    slurmd refuses a job credential issued in the same second as (or before) the one in which it
-    revoked the job's old credential for the requeue (`cred->ctime <= revoked`, whole seconds):
-    released at once, the job fails at launch ("Job credential revoked", ExitCode 1:0). The
-    requeue resets SubmitTime, so the release waits until two seconds after it.
+    A requeued job is held about two minutes (Reason=BeginTime) before it may start again;
+    production jobs wait that out, a test releases the job early, but not too early:
+    - while the first run still ends, an update of its start time does not stick;
+    - the old run's step daemon lives on for about 2.5 s after the requeue, and the new run's
+      step, with the same id (<job>.0), fails to launch while the old one's PMIx socket is
+      there ("Cannot bind() UNIX socket .../stepd.slurm.pmix.<job>.0: Address already in use");
+    - slurmd refuses a job credential issued in the same second as (or before) the one in which
+      it revoked the old credential for the requeue (`cred->ctime <= revoked`, whole seconds):
+      the job then fails at launch ("Job credential revoked", ExitCode 1:0). The requeue resets
+      SubmitTime; the release comes two seconds after it at the earliest.
     """
     holder: dict[str, cluster.JobInfo] = {}
 
@@ -201,11 +243,17 @@ def _release_requeued(job_id: str, restarts: int, timeout_s: float = 90) -> None
             return False
         holder["info"] = info
         return (
-            info.fields.get("Restarts") == str(restarts)
+            info.state == "PENDING"
+            and info.fields.get("Restarts") == str(restarts)
             and info.fields.get("Reason") == "BeginTime"
         )
 
     _wait_for(requeued, timeout_s, f"the job to requeue itself ({restarts} restart(s))")
+    _wait_for(
+        lambda: not _step_leftovers(job_id),
+        timeout_s,
+        "the step daemons of the first run to exit (their files in slurmd's spool dir)",
+    )
     requeued_at = time.mktime(time.strptime(holder["info"].fields["SubmitTime"], TIME_FORMAT))
     time.sleep(max(0.0, requeued_at + 2.0 - time.time()))
     cluster.run(["scontrol", "update", f"JobId={job_id}", "StartTime=now"], check=True)
@@ -286,7 +334,8 @@ def test_usr1_checkpoints_requeues_and_resumes_bitwise(
     # message goes to stderr, i.e. the job's .out file); the job body requeued the job.
     text = job_log.read_text(errors="replace")
     stops = re.findall(
-        rf"stopped by SIGUSR1 at step (\d+) of {RESUME_STEPS}: checkpoint at step (\d+) in (\S+)",
+        rf"stopped by SIGUSR1 at step (\d+) of {RESUME_STEPS}: "
+        r"checkpoint at step (\d+) in (.+?); rerun",
         text,
     )
     assert len(stops) == 2, f"expected one stop message per process, got {stops}\n{log}"
@@ -295,9 +344,6 @@ def test_usr1_checkpoints_requeues_and_resumes_bitwise(
     assert 0 < stop_step < RESUME_STEPS, f"stopped at step {stop_step}\n{log}"
     checkpoints = (run_dir / "checkpoints").resolve()
     assert Path(stops[0][2]).resolve() == checkpoints, f"checkpoint in {stops[0][2]}\n{log}"
-    assert (checkpoints / str(stop_step) / "manifest.json").is_file(), sorted(
-        p.name for p in checkpoints.iterdir()
-    )
     assert f"requeueing job {job_id}" in text, f"the job body did not requeue\n{log}"
     assert "(restart 1)" in text, f"no second run in the job log\n{log}"
 
@@ -312,6 +358,8 @@ def test_usr1_checkpoints_requeues_and_resumes_bitwise(
     summary = json.loads((run_dir / "run.json").read_text())
     assert summary.get("status") == "completed", f"run.json status {summary.get('status')!r}"
     assert summary.get("steps") == RESUME_STEPS, f"run.json steps {summary.get('steps')!r}"
+    resumed_from = (summary.get("checkpoint") or {}).get("resumed_from") or {}
+    assert resumed_from.get("step") == stop_step, f"run.json resumed_from {resumed_from}"
 
     # The same case uninterrupted, in one process without Slurm: identical fields, bit for bit.
     reference = tmp_path / "reference"
@@ -319,7 +367,9 @@ def test_usr1_checkpoints_requeues_and_resumes_bitwise(
         [*RESUME_CASE, "domain=single", f"hydra.run.dir={reference}"],
         timeout=REFERENCE_TIMEOUT_S,
     )
-    assert result.returncode == 0, f"reference run exited {result.returncode}\n{result.stderr[-3000:]}"
+    assert result.returncode == 0, (
+        f"reference run exited {result.returncode}\n{result.stderr[-3000:]}"
+    )
     ours, expected = _fields(run_dir), _fields(reference)
     assert sorted(ours) == sorted(expected), f"output steps {sorted(ours)} != {sorted(expected)}"
     final = max(expected)

@@ -9,6 +9,7 @@ Everything here happens between chunks.
 from __future__ import annotations
 
 import datetime
+import functools
 import importlib.metadata
 import json
 import logging
@@ -55,6 +56,7 @@ class Resumed:
         }
 
 
+@functools.cache
 def _versions() -> dict:
     out = {"python": platform.python_version()}
     for name in ("jax", "jaxlib", "orbax-checkpoint", "numpy", "lbsolver"):
@@ -125,7 +127,12 @@ class RunCheckpoints:
             log.info("checkpoints: %s", result.message)
         self.dist.any_process([False])  # nobody writes before the stripe layout is set
         self.store = CheckpointStore(
-            self.directory, config.keep, config.async_save, file_size, self.dist.is_root
+            self.directory,
+            config.keep,
+            config.async_save,
+            file_size,
+            self.dist.is_root,
+            config.compress,
         )
 
     # ------------------------------------------------------------------ resuming

@@ -84,10 +84,17 @@ class CheckpointStore:
         async_save: return from ``save`` once the arrays are off the devices.
         file_size: target bytes per OCDBT data file (see ``striping.ocdbt_file_size``).
         is_root: this is process 0.
+        compress: zstd-compress the state's chunks.
     """
 
     def __init__(
-        self, directory: Path, keep: int, async_save: bool, file_size: int, is_root: bool
+        self,
+        directory: Path,
+        keep: int,
+        async_save: bool,
+        file_size: int,
+        is_root: bool,
+        compress: bool = False,
     ) -> None:
         ocp = _ocp()
         self.directory = Path(directory).absolute()
@@ -102,7 +109,13 @@ class CheckpointStore:
                 cleanup_tmp_directories=True,
                 create=True,
             ),
-            item_names=("state", "host", "meta"),
+            item_handlers={
+                # zstd takes ~6x the CPU time of an uncompressed save for ~25% fewer bytes of
+                # float fields; on a busy node that CPU time comes out of the step rate
+                "state": ocp.PyTreeCheckpointHandler(use_compression=compress),
+                "host": ocp.PyTreeCheckpointHandler(),
+                "meta": ocp.JsonCheckpointHandler(),
+            },
         )
         self.pending: SaveRecord | None = None
         self.records: list[SaveRecord] = []
