@@ -154,13 +154,17 @@ class RunCheckpoints:
             return self.store, None
         path = Path(resume).absolute()
         if (path / "_CHECKPOINT_METADATA").is_file() and path.name.isdigit():
-            store = CheckpointStore(path.parent, 1_000_000, False, 1 << 30, self.dist.is_root)
-            return store, [int(path.name)]
+            return self._reader(path.parent), [int(path.name)]
         if not path.is_dir():
             raise ConfigError(
                 "checkpoint.resume", resume, "auto | never | an existing checkpoint directory"
             )
-        return CheckpointStore(path, 1_000_000, False, 1 << 30, self.dist.is_root), None
+        return self._reader(path), None
+
+    def _reader(self, directory: Path) -> CheckpointStore:
+        return CheckpointStore(
+            directory, 1_000_000, False, 1 << 30, self.dist.is_root, read_only=True
+        )
 
     def resume(self, template, total: int) -> Resumed | None:
         """The newest sound checkpoint restored onto this run's layout, or None (start at 0).

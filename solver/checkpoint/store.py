@@ -85,6 +85,7 @@ class CheckpointStore:
         file_size: target bytes per OCDBT data file (see ``striping.ocdbt_file_size``).
         is_root: this is process 0.
         compress: zstd-compress the state's chunks.
+        read_only: only restore (another run's directory): no saves, no clean-up.
     """
 
     def __init__(
@@ -95,6 +96,7 @@ class CheckpointStore:
         file_size: int,
         is_root: bool,
         compress: bool = False,
+        read_only: bool = False,
     ) -> None:
         ocp = _ocp()
         self.directory = Path(directory).absolute()
@@ -106,8 +108,10 @@ class CheckpointStore:
             options=ocp.CheckpointManagerOptions(
                 max_to_keep=keep,
                 enable_async_checkpointing=async_save,
-                cleanup_tmp_directories=True,
-                create=True,
+                # another run's directory (resume=PATH) may be saving right now: leave it alone
+                cleanup_tmp_directories=not read_only,
+                create=not read_only,
+                read_only=read_only,
             ),
             item_handlers={
                 # zstd takes ~6x the CPU time of an uncompressed save for ~25% fewer bytes of
