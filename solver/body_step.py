@@ -1,0 +1,547 @@
+"""The rigid-body time step composed from kernels: neighbour search, contact forces, integration.
+
+One step (kernels.rigid_body.step, velocity Verlet with the DLM rotor):
+    1. kick by the forces of the previous step (dt/2) and drift (dt);
+    2. on the drifted state: rebuild the cell list and the pair table (every step, so the skin only
+       has to cover one step of motion), carry the tangential spring of every pair that persists,
+       and evaluate sphere-sphere and sphere-plane contacts plus gravity;
+    3. kick by the new forces (dt/2).
+A chunk of n steps is one ``lax.scan``; the state between chunks holds the forces and torques of
+the last step, the neighbour table and the tangential histories that belong to it, and sticky
+overflow diagnostics that the host reads between chunks (``overflow_message``).
+
+Spheres only for now: clumps (rigid sets of spheres) will add a sphere -> body map and sum the
+sphere forces and torques onto their body before the kick.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import Array, lax
+
+from kernels import contact_models as cm
+from kernels import rigid_body
+from kernels.contact import accumulate, sphere_plane, sphere_sphere
+from kernels.neighbor_search import CellGrid, bin_bodies, neighbor_pairs, pair_list
+from kernels.rigid_body import Bodies
+
+CONTACT_MODELS = ("hertz", "linear")
+
+RAYLEIGH_FRACTION = 0.2
+"""Hertz time step = 0.2 T_R of the smallest body: the low end of the 0.2-0.3 T_R of common practice
+(Li, Xu & Thornton 2005), chosen so that stiff and dense packings keep a margin."""
+
+
+def _per_item(name: str, values, count: int) -> np.ndarray:
+    arr = np.asarray(values, dtype=np.float64)
+    if arr.shape != (count,):
+        raise ValueError(f"BodySetup.{name} must have shape ({count},), got {arr.shape}")
+    if not np.all(np.isfinite(arr) | (arr == np.inf)):
+        raise ValueError(f"BodySetup.{name} must be finite or +inf, got {arr}")
+    return arr
+
+
+@dataclass(frozen=True, eq=False)
+class BodySetup:
+    """Everything static about a scene of n spheres and p planes, SI units (host-side NumPy).
+
+    Hashable by identity (``eq=False``), so it can be closed over or passed as a static argument.
+
+    Attributes:
+        radius: (n,) m.
+        young, poisson, restitution, friction, rolling_friction: (n,) per body; Pa, -, -, -, -.
+        plane_point: (p, 3) m, a point of each plane; plane_normal: (p, 3) unit, towards the side
+            the spheres are on; plane_velocity: (p, 3) m/s (planes translate, they do not turn).
+        plane_young, plane_poisson, plane_restitution, plane_friction, plane_rolling_friction:
+            (p,) per plane; ``plane_young = inf`` makes a rigid wall.
+        contact_model: "hertz" (Hertz-Mindlin) or "linear" (spring-dashpot).
+        stiffness: (n,) N/m per body, linear model only; a pair gets the series spring
+            k = 1/(1/k_i + 1/k_j). plane_stiffness: (p,) N/m, inf for a rigid plane.
+        gravity: (3,) m/s^2.
+        dt: time step, s.
+        grid: the cell list; its cell size must be >= 2 max(radius) + skin.
+        skin: extra search distance, m, >= the largest relative motion of a pair in one step.
+    """
+
+    radius: np.ndarray
+    young: np.ndarray
+    poisson: np.ndarray
+    restitution: np.ndarray
+    friction: np.ndarray
+    rolling_friction: np.ndarray
+    grid: CellGrid
+    dt: float
+    skin: float = 0.0
+    gravity: tuple[float, float, float] = (0.0, 0.0, -9.81)
+    contact_model: str = "hertz"
+    stiffness: np.ndarray | None = None
+    plane_point: np.ndarray = field(default_factory=lambda: np.zeros((0, 3)))
+    plane_normal: np.ndarray = field(default_factory=lambda: np.zeros((0, 3)))
+    plane_velocity: np.ndarray | None = None
+    plane_young: np.ndarray | None = None
+    plane_poisson: np.ndarray | None = None
+    plane_restitution: np.ndarray | None = None
+    plane_friction: np.ndarray | None = None
+    plane_rolling_friction: np.ndarray | None = None
+    plane_stiffness: np.ndarray | None = None
+
+    def __post_init__(self) -> None:
+        set_ = object.__setattr__
+        radius = np.asarray(self.radius, dtype=np.float64)
+        if radius.ndim != 1 or radius.size == 0 or not np.all(radius > 0):
+            raise ValueError(f"BodySetup.radius must be (n,) with n >= 1 and > 0, got {radius}")
+        n = radius.size
+        set_(self, "radius", radius)
+        for name in ("young", "poisson", "restitution", "friction", "rolling_friction"):
+            set_(self, name, _per_item(name, getattr(self, name), n))
+        if self.contact_model not in CONTACT_MODELS:
+            raise ValueError(f"contact_model must be one of {CONTACT_MODELS}, got "
+                             f"{self.contact_model!r}")  # fmt: skip
+        if self.contact_model == "linear":
+            if self.stiffness is None:
+                raise ValueError("the linear contact model needs BodySetup.stiffness (n,) N/m")
+            set_(self, "stiffness", _per_item("stiffness", self.stiffness, n))
+        if not (math.isfinite(self.dt) and self.dt > 0):
+            raise ValueError(f"BodySetup.dt must be > 0 and finite, got {self.dt}")
+        if not (math.isfinite(self.skin) and self.skin >= 0):
+            raise ValueError(f"BodySetup.skin must be >= 0, got {self.skin}")
+        gravity = tuple(float(g) for g in self.gravity)
+        if len(gravity) != 3:
+            raise ValueError(f"BodySetup.gravity must have 3 components, got {self.gravity}")
+        set_(self, "gravity", gravity)
+        self.grid.require_cell_size(float(radius.max()), self.skin)
+
+        point = np.asarray(self.plane_point, dtype=np.float64).reshape(-1, 3)
+        normal = np.asarray(self.plane_normal, dtype=np.float64).reshape(-1, 3)
+        p = point.shape[0]
+        if normal.shape != (p, 3):
+            raise ValueError(f"plane_normal must be ({p}, 3), got {normal.shape}")
+        lengths = np.linalg.norm(normal, axis=1)
+        if p and not np.allclose(lengths, 1.0, rtol=0, atol=1e-12):
+            raise ValueError(f"plane normals must be unit vectors, lengths {lengths}")
+        set_(self, "plane_point", point)
+        set_(self, "plane_normal", normal / np.where(lengths > 0, lengths, 1.0)[:, None])
+        velocity = np.zeros((p, 3)) if self.plane_velocity is None else self.plane_velocity
+        velocity = np.asarray(velocity, dtype=np.float64)
+        if velocity.shape != (p, 3):
+            raise ValueError(f"plane_velocity must be ({p}, 3), got {velocity.shape}")
+        set_(self, "plane_velocity", velocity)
+        defaults = {
+            "plane_young": np.inf,
+            "plane_poisson": 0.0,
+            "plane_restitution": 1.0,
+            "plane_friction": np.inf,
+            "plane_rolling_friction": np.inf,
+            "plane_stiffness": np.inf,
+        }  # the mixing takes the minimum (restitution, friction) or the series spring
+        for name, default in defaults.items():
+            value = getattr(self, name)
+            set_(self, name, _per_item(name, np.full(p, default) if value is None else value, p))
+
+    @property
+    def n_bodies(self) -> int:
+        return int(self.radius.size)
+
+    @property
+    def n_planes(self) -> int:
+        return int(self.plane_point.shape[0])
+
+
+class Overflow(NamedTuple):
+    """Neighbour-search buffer diagnostics (scalars): the fullest cell and the longest row."""
+
+    overflowed: Array  # bool: some cell or row exceeded its capacity
+    worst_cell: Array  # int32 flat cell index
+    worst_cell_count: Array  # int32 bodies in it (capacity needed)
+    worst_body: Array  # int32 body with most partners j > i
+    worst_body_count: Array  # int32 its partners (max_neighbors needed)
+
+
+@jax.tree_util.register_dataclass
+@dataclass(frozen=True)
+class BodyState:
+    """Dynamic state of a scene (a pytree of arrays).
+
+    Attributes:
+        bodies: the rigid bodies at ``time``.
+        force, torque: (n, 3) N and N m acting at ``time`` (what kernels.rigid_body.step expects).
+        partners: (n, K) int32, the pair table the histories belong to (rows ascending, -1 last).
+        history: (n, K, 3) m, tangential springs of the sphere-sphere pairs (i, partners[i, k]).
+        plane_history: (n, p, 3) m, tangential springs of the sphere-plane pairs.
+        contact_count: (n,) int32 active contacts of each body at ``time``.
+        time: int32 scalar, steps done.
+        overflow: sticky Overflow over all steps so far (the worst counts seen).
+    """
+
+    bodies: Bodies
+    force: Array
+    torque: Array
+    partners: Array
+    history: Array
+    plane_history: Array
+    contact_count: Array
+    time: Array
+    overflow: Overflow
+
+    def replace(self, **changes) -> BodyState:
+        return dataclasses.replace(self, **changes)
+
+
+class ContactResult(NamedTuple):
+    """What `contact_forces` returns."""
+
+    force: Array  # (n, 3) N, contacts plus gravity
+    torque: Array  # (n, 3) N m about each centre
+    partners: Array  # (n, K) int32, the new pair table
+    history: Array  # (n, K, 3) m, springs of the new table
+    plane_history: Array  # (n, p, 3) m
+    contact_count: Array  # (n,) int32
+    overflow: Overflow
+
+
+class BodyDiagnostics(NamedTuple):
+    """Per-step totals over the dynamic bodies (fixed and kinematic ones excluded)."""
+
+    kinetic_energy: Array  # J
+    potential_energy: Array  # J, -sum m g . x
+    momentum: Array  # (3,) kg m/s
+    angular_momentum: Array  # (3,) kg m^2/s about the origin
+    contacts: Array  # int32, sum of contact_count (a sphere-sphere pair counts twice)
+
+
+def carry_history(old_partners: Array, old_history: Array, new_partners: Array) -> Array:
+    """Histories (n, K, 3) of the new table: the old spring where (i, j) was already a pair, else 0.
+
+    Row i of both tables lists partners of body i; an entry of the new row is matched against the
+    whole old row by comparing (K, K) per body, so shifted slots are found too.
+    """
+    same = (new_partners[:, :, None] == old_partners[:, None, :]) & (new_partners >= 0)[:, :, None]
+    return jnp.sum(jnp.where(same[..., None], old_history[:, None, :, :], 0.0), axis=2)
+
+
+def _pair_laws(
+    setup: BodySetup,
+    geometry,
+    E_star: Array,
+    G_star: Array,
+    R_star: Array,
+    m_star: Array,
+    k_linear: Array | None,
+    restitution: Array,
+    friction: Array,
+    rolling: Array | None,
+    history: Array,
+) -> tuple[Array, Array, Array]:
+    """Force on i (P, 3), rolling torque on i (P, 3) and new history (P, 3) of P contacts."""
+    active = geometry.active
+    if setup.contact_model == "hertz":
+        f_n = cm.normal_force_hertz(
+            geometry.overlap, geometry.normal_speed, E_star, R_star, m_star, restitution, active
+        )
+        k_t = cm.mindlin_tangential_stiffness(G_star, R_star, geometry.overlap)
+        eta_t = cm.hertz_damping(restitution, m_star, k_t)
+    else:
+        eta_n = cm.linear_damping(restitution, m_star, k_linear)
+        f_n = cm.normal_force_linear(
+            geometry.overlap, geometry.normal_speed, k_linear, eta_n, active
+        )
+        k_t = cm.linear_tangential_stiffness(k_linear)
+        eta_t = cm.linear_damping(restitution, m_star, k_t)
+    f_t, history = cm.tangential_force(
+        history, geometry.normal, geometry.tangential_velocity, f_n, k_t, eta_t, friction,
+        setup.dt, active,
+    )  # fmt: skip
+    force = f_n[:, None] * geometry.normal + f_t
+    if rolling is None:
+        torque = jnp.zeros_like(force)
+    else:
+        torque = cm.rolling_resistance_torque(
+            geometry.relative_angular_velocity, geometry.normal, rolling, R_star, f_n, active
+        )
+    return force, torque, history
+
+
+def _mass_inverse(bodies: Bodies) -> Array:
+    """1/m per body, 0 for fixed and kinematic bodies (infinitely heavy for a contact)."""
+    return jnp.where(bodies.kinematic, 0.0, bodies.inverse_mass)
+
+
+def contact_forces(
+    setup: BodySetup, bodies: Bodies, partners: Array, history: Array, plane_history: Array
+) -> ContactResult:
+    """Contact forces and gravity on the spheres, with a freshly built neighbour table.
+
+    Args:
+        bodies: the state at which forces act (n bodies).
+        partners: (n, K) int32 previous pair table; history: (n, K, 3) m its tangential springs;
+        plane_history: (n, p, 3) m.
+
+    Returns:
+        ContactResult. Pairs that persist keep their spring (`carry_history`), new pairs start at
+        zero; sphere-plane pairs are every (body, plane) combination.
+    """
+    grid = setup.grid
+    n, p = setup.n_bodies, setup.n_planes
+    dtype = bodies.position.dtype
+
+    def const(values):
+        return jnp.asarray(values, dtype=dtype)
+
+    radius = const(setup.radius)
+    young, poisson = const(setup.young), const(setup.poisson)
+    restitution, friction = const(setup.restitution), const(setup.friction)
+    use_rolling = bool(np.any(setup.rolling_friction > 0))
+    rolling = const(setup.rolling_friction)
+    inverse_mass = _mass_inverse(bodies)
+    omega = rigid_body.angular_velocity(bodies)
+    x, v = bodies.position, bodies.velocity
+    everyone = jnp.ones((n,), bool)
+
+    cells = bin_bodies(grid, x, everyone)
+    table = neighbor_pairs(grid, cells, x, radius, everyone, setup.skin)
+    history = carry_history(partners, history, table.partners)
+    i, j, valid = pair_list(table)
+    js = jnp.where(valid, j, 0)
+    geometry = sphere_sphere(
+        x[i], radius[i], v[i], omega[i], x[js], radius[js], v[js], omega[js], valid
+    )
+    inverse_sum = inverse_mass[i] + inverse_mass[js]
+    m_star = 1.0 / jnp.where(inverse_sum > 0, inverse_sum, 1.0)
+    k_linear = None
+    if setup.contact_model == "linear":
+        stiffness = const(setup.stiffness)
+        k_linear = 1.0 / (1.0 / stiffness[i] + 1.0 / stiffness[js])
+    force_ij, roll_ij, new_history = _pair_laws(
+        setup,
+        geometry,
+        cm.effective_modulus(young[i], poisson[i], young[js], poisson[js]),
+        cm.effective_shear_modulus(young[i], poisson[i], young[js], poisson[js]),
+        cm.effective_radius(radius[i], radius[js]),
+        m_star,
+        k_linear,
+        cm.mixed_coefficient(restitution[i], restitution[js]),
+        cm.mixed_coefficient(friction[i], friction[js]),
+        cm.mixed_coefficient(rolling[i], rolling[js]) if use_rolling else None,
+        history.reshape(-1, 3),
+    )
+    force, torque = accumulate(
+        n, i, j, force_ij, geometry.contact_point, x, roll_ij, -roll_ij, valid
+    )
+    count = jnp.zeros((n,), jnp.int32).at[i].add(geometry.active.astype(jnp.int32))
+    count = count.at[js].add(geometry.active.astype(jnp.int32))
+
+    new_plane_history = plane_history
+    if p:
+        b = jnp.repeat(jnp.arange(n, dtype=jnp.int32), p)  # (n p,) body of each sphere-plane pair
+        k = jnp.tile(jnp.arange(p, dtype=jnp.int32), n)  # its plane
+        all_valid = jnp.ones((n * p,), bool)
+        plane_geometry = sphere_plane(
+            x[b], radius[b], v[b], omega[b], const(setup.plane_point)[k],
+            const(setup.plane_normal)[k], const(setup.plane_velocity)[k], all_valid,
+        )  # fmt: skip
+        plane_young, plane_poisson = const(setup.plane_young), const(setup.plane_poisson)
+        k_plane = None
+        if setup.contact_model == "linear":
+            k_plane = 1.0 / (1.0 / stiffness[b] + 1.0 / const(setup.plane_stiffness)[k])
+        inv = inverse_mass[b]
+        rolling_plane = const(setup.plane_rolling_friction)
+        force_bp, roll_bp, flat_history = _pair_laws(
+            setup,
+            plane_geometry,
+            cm.effective_modulus(young[b], poisson[b], plane_young[k], plane_poisson[k]),
+            cm.effective_shear_modulus(young[b], poisson[b], plane_young[k], plane_poisson[k]),
+            radius[b],  # R* of a sphere on a plane
+            1.0 / jnp.where(inv > 0, inv, 1.0),
+            k_plane,
+            cm.mixed_coefficient(restitution[b], const(setup.plane_restitution)[k]),
+            cm.mixed_coefficient(friction[b], const(setup.plane_friction)[k]),
+            cm.mixed_coefficient(rolling[b], rolling_plane[k]) if use_rolling else None,
+            plane_history.reshape(-1, 3),
+        )
+        no_plane = jnp.full((n * p,), -1, jnp.int32)
+        f_plane, t_plane = accumulate(
+            n, b, no_plane, force_bp, plane_geometry.contact_point, x, roll_bp,
+            jnp.zeros_like(roll_bp), all_valid,
+        )  # fmt: skip
+        force, torque = force + f_plane, torque + t_plane
+        count = count + jnp.sum(plane_geometry.active.reshape(n, p), axis=1, dtype=jnp.int32)
+        new_plane_history = flat_history.reshape(n, p, 3)
+
+    force = force + rigid_body.gravity_force(bodies, const(setup.gravity))
+    overflow = Overflow(
+        overflowed=cells.overflowed | table.overflowed,
+        worst_cell=cells.worst_cell,
+        worst_cell_count=cells.worst_count,
+        worst_body=table.worst_body,
+        worst_body_count=table.worst_count,
+    )
+    return ContactResult(
+        force,
+        torque,
+        table.partners,
+        new_history.reshape(n, grid.max_neighbors, 3),
+        new_plane_history,
+        count,
+        overflow,
+    )
+
+
+def _merge_overflow(seen: Overflow, new: Overflow) -> Overflow:
+    """The worst of two overflow records (sticky flag, largest counts with their cell/body)."""
+    cell = new.worst_cell_count > seen.worst_cell_count
+    body = new.worst_body_count > seen.worst_body_count
+    return Overflow(
+        overflowed=seen.overflowed | new.overflowed,
+        worst_cell=jnp.where(cell, new.worst_cell, seen.worst_cell),
+        worst_cell_count=jnp.maximum(seen.worst_cell_count, new.worst_cell_count),
+        worst_body=jnp.where(body, new.worst_body, seen.worst_body),
+        worst_body_count=jnp.maximum(seen.worst_body_count, new.worst_body_count),
+    )
+
+
+def initial_state(setup: BodySetup, bodies: Bodies) -> BodyState:
+    """The state at time 0: empty histories, the first pair table and its forces."""
+    n, p, width = setup.n_bodies, setup.n_planes, setup.grid.max_neighbors
+    if bodies.position.shape != (n, 3):
+        raise ValueError(f"bodies.position must be ({n}, 3) for this setup, got "
+                         f"{bodies.position.shape}")  # fmt: skip
+    dtype = bodies.position.dtype
+    partners = jnp.full((n, width), -1, jnp.int32)
+    history = jnp.zeros((n, width, 3), dtype)
+    plane_history = jnp.zeros((n, p, 3), dtype)
+    result = contact_forces(setup, bodies, partners, history, plane_history)
+    return BodyState(
+        bodies=bodies,
+        force=result.force,
+        torque=result.torque,
+        partners=result.partners,
+        history=result.history,
+        plane_history=result.plane_history,
+        contact_count=result.contact_count,
+        time=jnp.zeros((), jnp.int32),
+        overflow=result.overflow,
+    )
+
+
+def diagnostics(setup: BodySetup, state: BodyState) -> BodyDiagnostics:
+    """Energy, momentum and contact totals of a state."""
+    bodies = state.bodies
+    dtype = bodies.position.dtype
+    weight = rigid_body.gravity_force(bodies, jnp.asarray(setup.gravity, dtype))
+    dynamic = ~bodies.kinematic
+    return BodyDiagnostics(
+        kinetic_energy=jnp.sum(jnp.where(dynamic, rigid_body.kinetic_energy(bodies), 0.0)),
+        potential_energy=-jnp.sum(jnp.where(dynamic[:, None], weight * bodies.position, 0.0)),
+        momentum=jnp.sum(
+            jnp.where(dynamic[:, None], rigid_body.linear_momentum(bodies), 0.0), axis=0
+        ),
+        angular_momentum=jnp.sum(
+            jnp.where(
+                dynamic[:, None], rigid_body.angular_momentum_about(bodies, jnp.zeros(3)), 0.0
+            ),
+            axis=0,
+        ),  # fmt: skip
+        contacts=jnp.sum(state.contact_count),
+    )
+
+
+def make_body_chunk(
+    setup: BodySetup,
+) -> Callable[[BodyState, int], tuple[BodyState, BodyDiagnostics]]:
+    """Build chunk(state, n) -> (state after n steps, BodyDiagnostics per step, leading axis n).
+
+    ``n`` is static (jit with static_argnums=1). The chunk is pure and vmaps over a batch of
+    states that share ``setup`` (ensembles).
+    """
+
+    def one_step(state: BodyState, _) -> tuple[BodyState, BodyDiagnostics]:
+        results: list[ContactResult] = []
+
+        def forces_fn(bodies: Bodies) -> tuple[Array, Array]:
+            results.append(
+                contact_forces(setup, bodies, state.partners, state.history, state.plane_history)
+            )
+            return results[-1].force, results[-1].torque
+
+        bodies, force, torque = rigid_body.step(
+            state.bodies, state.force, state.torque, forces_fn, setup.dt
+        )
+        result = results[-1]
+        state = BodyState(
+            bodies=bodies,
+            force=force,
+            torque=torque,
+            partners=result.partners,
+            history=result.history,
+            plane_history=result.plane_history,
+            contact_count=result.contact_count,
+            time=state.time + 1,
+            overflow=_merge_overflow(state.overflow, result.overflow),
+        )
+        return state, diagnostics(setup, state)
+
+    def chunk(state: BodyState, n: int) -> tuple[BodyState, BodyDiagnostics]:
+        return lax.scan(one_step, state, None, length=n)
+
+    return chunk
+
+
+def overflow_message(setup: BodySetup, state: BodyState) -> str | None:
+    """Host-side report of a neighbour-search overflow (None when the buffers sufficed).
+
+    For a batch of states, the first member that overflowed is reported.
+    """
+    flags = np.atleast_1d(np.asarray(state.overflow.overflowed))
+    if not flags.any():
+        return None
+    member = int(np.argmax(flags))
+    pick = [np.atleast_1d(np.asarray(a))[member] for a in state.overflow]
+    _, cell, cell_count, body, body_count = (int(a) for a in pick)
+    grid = setup.grid
+    parts = []
+    if cell_count > grid.capacity:
+        coords = np.unravel_index(cell, grid.shape)
+        parts.append(
+            f"cell {cell} {tuple(int(c) for c in coords)} holds {cell_count} bodies, "
+            f"capacity {grid.capacity}"
+        )
+    if body_count > grid.max_neighbors:
+        parts.append(f"body {body} has {body_count} neighbours, max_neighbors {grid.max_neighbors}")
+    return "; ".join(parts)
+
+
+def stable_time_step(setup: BodySetup, masses: np.ndarray) -> float:
+    """The largest time step the contact stiffness allows, in s (host-side, before tracing).
+
+    Hertz: RAYLEIGH_FRACTION (0.2) of the smallest Rayleigh time T_R of a body with finite mass
+    (kernels.contact_models.critical_time_step_hertz, density m / (4/3 pi r^3)).
+    Linear: the kernel's bound t_c/10 = pi sqrt(m*/k)/10 at the smallest m*/k. For a pair,
+    m*/k = (1/k_i + 1/k_j)/(1/m_i + 1/m_j) >= min(m_i/k_i, m_j/k_j) (the mediant inequality), and a
+    plane only raises m*/k, so min_i m_i/k_i bounds every pair: exact for identical bodies,
+    conservative otherwise, and linear in n.
+
+    Args:
+        masses: (n,) kg; inf for fixed or kinematic bodies (they are skipped).
+    """
+    masses = np.asarray(masses, dtype=np.float64)
+    if masses.shape != (setup.n_bodies,):
+        raise ValueError(f"masses must be ({setup.n_bodies},), got {masses.shape}")
+    finite = np.isfinite(masses)
+    if not finite.any():
+        return math.inf
+    if setup.contact_model == "hertz":
+        r = setup.radius[finite]
+        density = masses[finite] / (4.0 / 3.0 * np.pi * r**3)
+        shear = setup.young[finite] / (2.0 * (1.0 + setup.poisson[finite]))
+        rayleigh = cm.critical_time_step_hertz(r, density, shear, setup.poisson[finite])
+        return float(RAYLEIGH_FRACTION * np.min(np.asarray(rayleigh)))
+    ratio = masses[finite] / setup.stiffness[finite]
+    return float(np.min(np.asarray(cm.critical_time_step_linear(ratio, 1.0))))

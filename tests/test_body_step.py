@@ -1,0 +1,241 @@
+"""The composed rigid-body step (solver/body_step.py) against analytic mechanics (float64).
+
+Soft spheres (E = 1e7 Pa, steel density) keep the Hertz contact about 2-3 ms long, so dt = 1e-5 to
+2e-5 s resolves it with 100-300 steps and every scene stays at a few thousand steps.
+"""
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from kernels import contact_models as cm
+from kernels.neighbor_search import CellGrid
+from kernels.rigid_body import Bodies
+from solver import body_step as bs
+
+RADIUS, DENSITY, YOUNG, POISSON = 0.01, 7800.0, 1.0e7, 0.3
+MASS = 4.0 / 3.0 * math.pi * RADIUS**3 * DENSITY
+LINEAR_STIFFNESS = 1.0e5  # N/m per body; a body-plane pair with a rigid plane gets all of it
+G = 9.81
+SKIN = 1.0e-3
+
+# Exact algebra in float64: velocity Verlet integrates a constant force exactly.
+ROUND_OFF = 1e-12
+# Rebound height / drop height against e^2. Gravity acts during the finite (soft) contact and the
+# dashpot sees half-step velocities, so the ratio falls short by O(g t_c / v) + O(dt / t_c):
+# measured -1.7e-2 (Hertz, e = 0.5), -1.4e-3 (Hertz, 0.9), -9.6e-3 / -3.4e-4 (linear, 0.5 / 0.9)
+# from a 0.2 m drop; 0.03 covers the worst case with margin.
+BOUNCE = 0.03
+# Head-on restitution of free spheres (no gravity): only the O(dt / t_c) dashpot error is left,
+# measured 5.4e-5 at ~300 steps per contact.
+HEAD_ON = 2e-3
+# Incline accelerations from a linear fit of the velocity after the contact settled; the residual
+# tangential-spring oscillation leaves -9.4e-4 when rolling; sliding is exact to 1e-13 (measured).
+INCLINE = 1e-2
+
+
+def spheres(position, velocity=None) -> Bodies:
+    """Solid spheres of RADIUS and DENSITY at rest (or with the given velocities)."""
+    position = np.atleast_2d(np.asarray(position, dtype=np.float64))
+    n = position.shape[0]
+    velocity = np.zeros((n, 3)) if velocity is None else np.asarray(velocity, dtype=np.float64)
+    inertia = 0.4 * MASS * RADIUS**2
+    return Bodies(
+        position=jnp.asarray(position),
+        orientation=jnp.tile(jnp.array([1.0, 0.0, 0.0, 0.0]), (n, 1)),
+        velocity=jnp.asarray(velocity),
+        angular_momentum=jnp.zeros((n, 3)),
+        prescribed_angular_velocity=jnp.zeros((n, 3)),
+        inverse_mass=jnp.full((n,), 1.0 / MASS),
+        inverse_inertia=jnp.full((n, 3), 1.0 / inertia),
+        kinematic=jnp.zeros((n,), bool),
+    )
+
+
+def make_setup(
+    n=1,
+    model="hertz",
+    restitution=0.5,
+    friction=0.5,
+    normals=((0.0, 0.0, 1.0),),
+    dt=2e-5,
+    gravity=(0.0, 0.0, -G),
+    capacity=4,
+    upper=(0.05, 0.05, 0.3),
+) -> bs.BodySetup:
+    ones = np.ones(n)
+    grid = CellGrid.covering((-0.05, -0.05, -0.05), upper, 2.5 * RADIUS, capacity, 4)
+    return bs.BodySetup(
+        radius=RADIUS * ones,
+        young=YOUNG * ones,
+        poisson=POISSON * ones,
+        restitution=restitution * ones,
+        friction=friction * ones,
+        rolling_friction=0.0 * ones,
+        grid=grid,
+        dt=dt,
+        skin=SKIN,
+        gravity=gravity,
+        contact_model=model,
+        stiffness=LINEAR_STIFFNESS * ones,
+        plane_point=np.zeros((len(normals), 3)),
+        plane_normal=np.asarray(normals, dtype=np.float64).reshape(-1, 3),
+    )
+
+
+def run(setup, bodies, steps):
+    chunk = jax.jit(bs.make_body_chunk(setup), static_argnums=1)
+    return chunk(bs.initial_state(setup, bodies), steps)
+
+
+@pytest.mark.parametrize("model", ["hertz", "linear"])
+@pytest.mark.parametrize("restitution", [0.5, 0.9])
+def test_bounce_height_ratio_is_restitution_squared(model, restitution):
+    drop = 0.2  # m, lowest point above the plane
+    setup = make_setup(model=model, restitution=restitution)
+    assert setup.dt < bs.stable_time_step(setup, np.array([MASS]))
+    steps = int(2.5 * math.sqrt(2 * drop / G) / setup.dt)
+    _, diag = run(setup, spheres([[0.0, 0.0, RADIUS + drop]]), steps)
+    height = np.asarray(diag.potential_energy) / (MASS * G) - RADIUS
+    touching = np.asarray(diag.contacts) > 0
+    first = int(np.argmax(touching))
+    assert touching[first], "the sphere never reached the plane"
+    released = first + int(np.argmax(~touching[first:]))
+    again = np.nonzero(touching[released:])[0]
+    stop = released + (int(again[0]) if again.size else steps)
+    ratio = height[released:stop].max() / drop
+    error = ratio / restitution**2 - 1.0
+    assert abs(error) < BOUNCE, f"{model} e={restitution}: rebound ratio {ratio}, error {error}"
+
+
+def test_projectile_is_an_exact_parabola():
+    setup = make_setup(normals=np.zeros((0, 3)))
+    x0, v0 = np.array([0.0, 0.0, 0.05]), np.array([0.3, -0.1, 1.0])
+    steps = 1000
+    state, diag = run(setup, spheres([x0], [v0]), steps)
+    t = steps * setup.dt
+    g = np.array(setup.gravity)
+    np.testing.assert_allclose(state.bodies.position[0], x0 + v0 * t + 0.5 * g * t**2,
+                               rtol=0, atol=ROUND_OFF)  # fmt: skip
+    np.testing.assert_allclose(state.bodies.velocity[0], v0 + g * t, rtol=0, atol=ROUND_OFF)
+    assert int(state.time) == steps and not np.any(np.asarray(diag.contacts))
+
+
+def test_head_on_collision_conserves_momentum_and_restitution():
+    restitution = 0.9
+    setup = make_setup(n=2, restitution=restitution, normals=np.zeros((0, 3)), dt=1e-5,
+                       gravity=(0.0, 0.0, 0.0))  # fmt: skip
+    v = np.array([[0.5, 0.0, 0.0], [-0.3, 0.0, 0.0]])
+    bodies = spheres([[-0.012, 0.0, 0.0], [0.012, 0.0, 0.0]], v)
+    state, diag = run(setup, bodies, 2000)
+    touching = np.asarray(diag.contacts) > 0
+    assert touching.any() and not touching[-1], "the collision did not happen or did not end"
+    momentum = np.asarray(diag.momentum)
+    np.testing.assert_allclose(momentum, MASS * np.sum(v, axis=0)[None].repeat(2000, 0),
+                               rtol=0, atol=ROUND_OFF * MASS)  # fmt: skip
+    after = np.asarray(state.bodies.velocity)
+    measured = -(after[1, 0] - after[0, 0]) / (v[1, 0] - v[0, 0])
+    assert abs(measured - restitution) < HEAD_ON, f"restitution {measured}, wanted {restitution}"
+
+
+def _incline_acceleration(theta, friction):
+    normal = (math.sin(theta), 0.0, math.cos(theta))
+    downhill = np.array([math.cos(theta), 0.0, -math.sin(theta)])
+    setup = make_setup(restitution=0.3, friction=friction, normals=(normal,))
+    E_star = cm.effective_modulus(YOUNG, POISSON, np.inf, 0.0)
+    overlap = (3 * MASS * G * math.cos(theta) / (4 * E_star * math.sqrt(RADIUS))) ** (2 / 3)
+    start = (RADIUS - overlap) * np.array(normal)
+    steps = 5000
+    _, diag = run(setup, spheres([start]), steps)
+    speed = np.asarray(diag.momentum) @ downhill / MASS
+    t = np.arange(1, steps + 1) * setup.dt
+    settled = slice(steps // 2, None)
+    assert np.all(np.asarray(diag.contacts)[settled] == 1), "the sphere left the incline"
+    return np.polyfit(t[settled], speed[settled], 1)[0]
+
+
+def test_incline_rolls_below_friction_threshold():
+    theta, friction = math.radians(30.0), 0.5
+    assert math.tan(theta) < 3.5 * friction
+    expected = 5.0 / 7.0 * G * math.sin(theta)
+    measured = _incline_acceleration(theta, friction)
+    assert abs(measured / expected - 1) < INCLINE, f"rolling: {measured} vs {expected}"
+
+
+def test_incline_slides_above_friction_threshold():
+    theta, friction = math.radians(30.0), 0.1
+    assert math.tan(theta) > 3.5 * friction
+    expected = G * (math.sin(theta) - friction * math.cos(theta))
+    measured = _incline_acceleration(theta, friction)
+    assert abs(measured / expected - 1) < INCLINE, f"sliding: {measured} vs {expected}"
+
+
+def test_tangential_history_survives_table_rebuild():
+    """The (0, 2) spring moves from slot 0 to slot 1 when the new partner 1 appears."""
+    overlap = 1e-4
+    setup = make_setup(n=3, normals=np.zeros((0, 3)), gravity=(0.0, 0.0, 0.0))
+    gap = 2 * RADIUS - overlap
+    bodies = spheres([[0.0, 0.0, 0.0], [0.0, gap, 0.0], [gap, 0.0, 0.0]])
+    spring = np.array([0.0, 1e-6, 0.0])  # tangent to the (0, 2) normal, x
+    partners = jnp.full((3, 4), -1, jnp.int32).at[0, 0].set(2)
+    history = jnp.zeros((3, 4, 3)).at[0, 0].set(spring)
+    result = bs.contact_forces(setup, bodies, partners, history, jnp.zeros((3, 0, 3)))
+    np.testing.assert_array_equal(result.partners[0], [1, 2, -1, -1])
+    np.testing.assert_allclose(result.history[0, 1], spring, rtol=0, atol=ROUND_OFF * 1e-6)
+    np.testing.assert_array_equal(result.history[0, 0], 0.0)  # the new pair starts unloaded
+    G_star = cm.effective_shear_modulus(YOUNG, POISSON, YOUNG, POISSON)
+    k_t = cm.mindlin_tangential_stiffness(G_star, RADIUS / 2, overlap)
+    # body 2 (j of the pair) feels +k_t xi along y, and nothing else along y
+    np.testing.assert_allclose(result.force[2, 1], k_t * spring[1], rtol=ROUND_OFF)
+    np.testing.assert_array_equal(result.contact_count, [2, 1, 1])
+
+
+def test_persistent_pair_keeps_its_spring_through_a_chunk():
+    """Two touching spheres sheared slowly (stick): the spring grows step after step."""
+    setup = make_setup(n=2, normals=np.zeros((0, 3)), gravity=(0.0, 0.0, 0.0), dt=1e-5)
+    gap = 2 * RADIUS - 1e-4
+    shear = 1e-4  # m/s, far below slip
+    bodies = spheres([[0.0, 0.0, 0.0], [gap, 0.0, 0.0]], [[0.0, 0.0, 0.0], [0.0, shear, 0.0]])
+    state, _ = run(setup, bodies, 10)
+    np.testing.assert_array_equal(state.partners[0, 0], 1)
+    # xi gains v_t dt per force evaluation (v_t of body 0 relative to 1 is -shear): 11 of them with
+    # initial_state's. Measured 10.48 increments (the spring starts the spheres turning, which
+    # lowers v_t); a history dropped at a rebuild would hold at most one increment.
+    increments = float(state.history[0, 0, 1]) / (-shear * setup.dt)
+    assert 9.0 < increments <= 11.0, f"spring holds {increments} increments of v_t dt"
+
+
+def test_overflow_reports_cell_and_count():
+    positions = [[0.001, 0.001, 0.001], [0.01, 0.01, 0.01]]  # one cell, not touching
+    full = make_setup(n=2, capacity=1, normals=np.zeros((0, 3)), gravity=(0.0, 0.0, 0.0))
+    state, _ = run(full, spheres(positions), 3)
+    message = bs.overflow_message(full, state)
+    cell = int(np.ravel_multi_index((2, 2, 2), full.grid.shape))
+    assert message is not None and f"cell {cell}" in message, message
+    assert "holds 2 bodies, capacity 1" in message, message
+    roomy = make_setup(n=2, capacity=2, normals=np.zeros((0, 3)), gravity=(0.0, 0.0, 0.0))
+    state, _ = run(roomy, spheres(positions), 3)
+    assert bs.overflow_message(roomy, state) is None
+
+
+def test_vmap_over_scenes_equals_separate_runs():
+    setup = make_setup(restitution=0.5)
+    heights = [0.0002, 0.0005, 0.001]
+    states = [bs.initial_state(setup, spheres([[0.0, 0.0, RADIUS + h]])) for h in heights]
+    chunk = bs.make_body_chunk(setup)
+    batched = jax.tree_util.tree_map(lambda *a: jnp.stack(a), *states)
+    together, diag = jax.jit(jax.vmap(lambda s: chunk(s, 1000)))(batched)
+    single = jax.jit(chunk, static_argnums=1)
+    for k, state in enumerate(states):
+        alone, _ = single(state, 1000)
+        for name in ("position", "velocity", "angular_momentum"):
+            np.testing.assert_allclose(
+                getattr(together.bodies, name)[k], getattr(alone.bodies, name),
+                rtol=0, atol=ROUND_OFF, err_msg=f"scene {k} {name}",
+            )  # fmt: skip
+        np.testing.assert_allclose(together.plane_history[k], alone.plane_history, atol=ROUND_OFF)
+    touched = np.any(np.asarray(diag.contacts) > 0, axis=1)
+    assert touched.all(), f"scenes that reached the plane: {touched}"
