@@ -418,6 +418,8 @@ def _simulate(
                     resumable=saved,
                 )
     checkpoints.finish(done, state, functools.partial(checkpoint_extras, done))
+    if checkpoints.store is not None and checkpoints.last_saved_step is not None:
+        outputs["checkpoints"] = str(checkpoints.directory)
 
     rho_lat, u_lat = lattice_fields(state)
     if not root:
