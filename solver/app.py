@@ -2,9 +2,11 @@
 
 Exit codes: 0 done, 2 bad configuration (one line on stderr, no traceback), 3 divergence
 (one line on stderr; output written so far stays intact, run.json has status "diverged"),
-75 stopped by SIGTERM/SIGUSR1/SIGUSR2 after writing a checkpoint (run.json has status
-"preempted"; run the same command with the same run directory to continue), 76 stopped by a
-signal with checkpoints off (status "stopped"; nothing to resume).
+4 neighbour-search buffer overflow in a rigid-body case (one line naming the cell or body and the
+capacity; output so far stays intact, run.json has status "overflow"), 75 stopped by
+SIGTERM/SIGUSR1/SIGUSR2 after writing a checkpoint (run.json has status "preempted"; run the
+same command with the same run directory to continue), 76 stopped by a signal with checkpoints
+off (status "stopped"; nothing to resume).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from omegaconf import DictConfig
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
 EXIT_CONFIG = 2
 EXIT_DIVERGED = 3
+EXIT_OVERFLOW = 4
 EXIT_PREEMPTED = 75  # = solver.checkpoint.preemption.EXIT_PREEMPTED (not imported: JAX-free)
 EXIT_STOPPED = 76  # stopped by a signal with checkpoints off: nothing to resume
 
@@ -114,10 +117,13 @@ def _hydra_main(cfg: DictConfig) -> None:
     logging.getLogger("absl").setLevel(logging.WARNING)  # Orbax's per-save progress records
     try:
         config = load(cfg)
-        enable_precision(config.fluid.precision)
-        from solver.simulation import DivergenceError, PreemptedError, simulate
+        if getattr(config.case, "kind", "fluid") == "bodies":
+            outcome = None
+        else:
+            enable_precision(config.fluid.precision)
+            from solver.simulation import DivergenceError, PreemptedError, simulate
 
-        outcome = simulate(config, output_dir)
+            outcome = simulate(config, output_dir)
     except ConfigError as err:
         fail(f"bad configuration: {err}", EXIT_CONFIG)
     except DivergenceError as err:
@@ -127,8 +133,27 @@ def _hydra_main(cfg: DictConfig) -> None:
         hint = "; rerun with the same run dir to continue" if err.resumable else ""
         print(f"{err}{hint}", file=sys.stderr, flush=True)
         sys.exit(EXIT_PREEMPTED if err.resumable else EXIT_STOPPED)
-    if outcome.density is not None:  # process 0 of a multi-process run, or the only one
+    if outcome is None:
+        _run_bodies(config, output_dir)
+    elif outcome.density is not None:  # process 0 of a multi-process run, or the only one
         print("\n".join(summary_lines(outcome.summary)), flush=True)
+
+
+def _run_bodies(config, output_dir: Path) -> None:
+    """A rigid-body case (no lattice; the fluid settings are ignored): float64, no checkpoints."""
+    from solver.config import ConfigError
+
+    enable_precision("float64")
+    from solver.body_simulation import BodyOverflowError, simulate_bodies
+    from solver.body_simulation import summary_lines as body_summary_lines
+
+    try:
+        outcome = simulate_bodies(config, output_dir)
+    except ConfigError as err:
+        fail(f"bad configuration: {err}", EXIT_CONFIG)
+    except BodyOverflowError as err:
+        fail(f"{err} (output so far in {output_dir})", EXIT_OVERFLOW)
+    print("\n".join(body_summary_lines(outcome.summary)), flush=True)
 
 
 def main() -> None:

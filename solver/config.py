@@ -21,6 +21,7 @@ PNG_FIELDS = ("auto", "speed", "vorticity")
 INFLOWS = ("parabolic", "uniform")
 TG_VARIANTS = ("vortex", "beltrami")
 MAX_MACH = 0.3
+CONTACT_MODELS = ("hertz", "linear")  # = solver.body_step.CONTACT_MODELS (not imported: JAX-free)
 
 
 class ConfigError(ValueError):
@@ -177,6 +178,51 @@ class DuctConfig:
     dimension: int = 3
 
 
+@dataclass(frozen=True)
+class MaterialConfig:
+    young: float  # Pa
+    poisson: float
+    density: float  # kg/m^3
+    restitution: float
+    friction: float
+
+
+@dataclass(frozen=True)
+class ProjectileConfig:
+    """A sphere launched under gravity, no contacts (rigid bodies, no lattice)."""
+
+    radius: float  # m
+    density: float  # kg/m^3
+    speed: float  # m/s, launch speed
+    angle: float  # degrees above the horizontal (x axis)
+    launch_height: float  # m, z of the centre at launch
+    gravity: float  # m/s^2, along -z
+    duration: float  # s
+    dt: float | None  # s; None: duration / DEFAULT_PROJECTILE_STEPS
+    output_every: int | None  # steps between bodies.h5 outputs; None: about 50 per run
+    name: str = "projectile"
+    dimension: int | None = None
+    kind: str = "bodies"
+
+
+@dataclass(frozen=True)
+class BounceConfig:
+    """A sphere dropped on a plane z = 0 (rigid bodies, no lattice)."""
+
+    radius: float  # m
+    material: MaterialConfig  # sphere and plane
+    drop_height: float  # m, gap between the sphere's lowest point and the plane at release
+    gravity: float  # m/s^2, along -z
+    contact_model: str  # "hertz" | "linear"
+    stiffness: float  # N/m, linear model only
+    duration: float  # s
+    dt: float | None  # s; None: a safe fraction of the stable step
+    output_every: int | None
+    name: str = "bounce"
+    dimension: int | None = None
+    kind: str = "bodies"
+
+
 CaseConfig = (
     CylinderConfig
     | TaylorGreenConfig
@@ -184,6 +230,8 @@ CaseConfig = (
     | CouetteConfig
     | CavityConfig
     | DuctConfig
+    | ProjectileConfig
+    | BounceConfig
 )
 
 
@@ -461,6 +509,45 @@ def _duct(s: _Section) -> DuctConfig:
     )
 
 
+def _material(s: _Section) -> MaterialConfig:
+    return MaterialConfig(
+        young=s.positive("young"),
+        poisson=s.number("poisson", low=-1.0, high=0.5),
+        density=s.positive("density"),
+        restitution=s.number("restitution", low=0.0, high=1.0),
+        friction=s.number("friction", low=0.0, low_open=False),
+    )
+
+
+def _projectile(s: _Section) -> ProjectileConfig:
+    return ProjectileConfig(
+        radius=s.positive("radius"),
+        density=s.positive("density"),
+        speed=s.number("speed", low=0.0, low_open=False),
+        angle=s.number("angle", low=-90.0, high=90.0, low_open=False),
+        launch_height=s.number("launch_height"),
+        gravity=s.number("gravity", low=0.0, low_open=False),
+        duration=s.positive("duration"),
+        dt=s.number("dt", low=0.0, allow_none=True),
+        output_every=s.integer("output_every", allow_none=True),
+    )
+
+
+def _bounce(s: _Section) -> BounceConfig:
+    return BounceConfig(
+        radius=s.positive("radius"),
+        material=_material(_Section(s.key("material"), s.raw("material"))),
+        drop_height=s.positive("drop_height"),
+        gravity=s.positive("gravity"),
+        contact_model=s.choice("contact_model", CONTACT_MODELS),
+        stiffness=s.positive("stiffness"),
+        duration=s.positive("duration"),
+        # the stability limit of the contact is checked when the case is built (solver.body_cases)
+        dt=s.number("dt", low=0.0, allow_none=True),
+        output_every=s.integer("output_every", allow_none=True),
+    )
+
+
 CASE_PARSERS = {
     "cylinder": _cylinder,
     "taylor_green": _taylor_green,
@@ -468,6 +555,8 @@ CASE_PARSERS = {
     "couette": _couette,
     "cavity": _cavity,
     "duct": _duct,
+    "projectile": _projectile,
+    "bounce": _bounce,
 }
 
 
