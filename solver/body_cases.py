@@ -20,12 +20,22 @@ from dataclasses import dataclass, field
 import jax.numpy as jnp
 import numpy as np
 
+from kernels import quaternion, rigid_body
 from kernels.neighbor_search import CellGrid
 from kernels.rigid_body import Bodies
 from solver.body_step import BodySetup, stable_time_step
-from solver.config import BounceConfig, ConfigError, ProjectileConfig, RunConfig
+from solver.config import (
+    BounceConfig,
+    ConfigError,
+    CradleConfig,
+    InclineConfig,
+    MaterialConfig,
+    ProjectileConfig,
+    RunConfig,
+    TumblingConfig,
+)
 from solver.packings import check_overlaps
-from solver.scene import BodyArrays, PlaneArrays, Scene, scene_from_dict
+from solver.scene import BodyArrays, PlaneArrays, Scene, rotation_matrices, scene_from_dict
 
 PROJECTILE_STEPS = 1500  # steps of a projectile run with dt = null
 DT_FRACTION = 0.5  # dt = null: this fraction of the stable step
@@ -46,8 +56,11 @@ class BodyCase:
         default_steps: steps of ``duration`` at ``setup.dt``.
         output_every: steps between bodies.h5 outputs; None: about 50 per run.
         stable_dt: s, the stability limit of the contact stiffness (None without contacts).
-        diagnose: (times (T,) s, positions (T, n, 3) m at the output steps, per-step series
-            {"time": (S,), "potential": (S,) J, "contacts": (S,)}, steps 0..S-1) -> case numbers.
+        diagnose: (times (T,) s, positions (T, n, 3) m at the output steps, series) -> case
+            numbers; series holds per-step totals of steps 0..S-1 ("time" (S,) s, "kinetic",
+            "potential" (S,) J, "momentum" (S, 3), "angular_momentum" (S, 3) about the origin,
+            "contacts" (S,)) and the state's "orientation" (T, n, 4) and "velocity" (T, n, 3) at
+            the output steps.
         info: case parameters for run.json.
     """
 
@@ -70,22 +83,48 @@ def build_body_case(config: RunConfig) -> BodyCase:
         return _projectile(case)
     if isinstance(case, BounceConfig):
         return _bounce(case)
-    raise ConfigError("case.name", case.name, "a rigid-body case: projectile | bounce")
+    if isinstance(case, TumblingConfig):
+        return _tumbling(case)
+    if isinstance(case, InclineConfig):
+        return _incline(case)
+    if isinstance(case, CradleConfig):
+        return _cradle(case)
+    raise ConfigError(
+        "case.name",
+        case.name,
+        "a rigid-body case: projectile | bounce | tumbling | incline | cradle",
+    )
 
 
 def initial_bodies(bodies: BodyArrays) -> Bodies:
-    """Bodies (float64) of the spheres of a scene. Spheres only: the inertia must be isotropic,
-    so any frame is principal and the orientation is kept as given."""
+    """Bodies (float64) of the spheres of a scene.
+
+    An isotropic inertia keeps the orientation as given (any frame is principal). A full tensor
+    (given in the body's own frame) is diagonalised by ``kernels.rigid_body.principal_frame``: the
+    state's orientation becomes orientation * rotation and its inverse_inertia the inverse
+    principal moments (ascending), so axis 1 of the state's frame is the intermediate axis. The
+    world angular momentum is L = R I R^T omega with R the given orientation.
+    """
     inertia = bodies.inertia
     moments = np.diagonal(inertia, axis1=1, axis2=2)
-    if not np.allclose(inertia, moments[:, :, None] * np.eye(3), rtol=0, atol=0):
-        raise ValueError("only spheres (diagonal inertia) are supported by the body cases yet")
+    orientation = np.asarray(bodies.orientation, dtype=float)
+    isotropic = np.allclose(inertia, moments[:, :, None] * np.eye(3), rtol=0, atol=0) and np.all(
+        moments == moments[:, :1]
+    )
+    if not isotropic:
+        principal, rotation = rigid_body.principal_frame(jnp.asarray(inertia, jnp.float64))
+        moments = np.asarray(principal)
+        orientation = np.asarray(
+            quaternion.multiply(jnp.asarray(orientation), rotation), dtype=float
+        )
+    world = rotation_matrices(np.asarray(bodies.orientation, dtype=float))
+    world_inertia = world @ inertia @ np.swapaxes(world, 1, 2)
+    angular_momentum = np.einsum("nij,nj->ni", world_inertia, bodies.angular_velocity)
     inverse_mass = np.where(bodies.fixed, 0.0, 1.0 / bodies.mass)
     inverse_inertia = np.where(bodies.fixed[:, None], 0.0, 1.0 / moments)
-    angular_momentum = moments * bodies.angular_velocity  # isotropic: L = I omega
     return Bodies(
         position=jnp.asarray(bodies.position, jnp.float64),
-        orientation=jnp.asarray(bodies.orientation, jnp.float64),
+        orientation=jnp.asarray(orientation, jnp.float64),
         velocity=jnp.asarray(bodies.velocity, jnp.float64),
         angular_momentum=jnp.asarray(angular_momentum, jnp.float64),
         prescribed_angular_velocity=jnp.asarray(bodies.angular_velocity, jnp.float64),
@@ -144,11 +183,37 @@ def setup_from_scene(
     )
 
 
-def _grid(lower: np.ndarray, upper: np.ndarray, radius: float, skin: float) -> CellGrid:
+def _grid(
+    lower: np.ndarray, upper: np.ndarray, radius: float, skin: float, capacity: int = GRID_CAPACITY
+) -> CellGrid:
     """Cells of at least 2 r + skin covering [lower, upper], at most MAX_CELLS_PER_AXIS per axis."""
     extent = float(np.max(upper - lower))
     size = max(2.0 * radius + skin, extent / MAX_CELLS_PER_AXIS)
-    return CellGrid.covering(lower, upper, size, GRID_CAPACITY, GRID_CAPACITY)
+    return CellGrid.covering(lower, upper, size, capacity, capacity)
+
+
+def _material_dict(m: MaterialConfig) -> dict:
+    return {
+        "young": m.young,
+        "poisson": m.poisson,
+        "density": m.density,
+        "restitution": m.restitution,
+        "friction": m.friction,
+    }
+
+
+def _contact_dt(dt: float | None, stable: float, contact_model: str) -> float:
+    """The case's dt: DT_FRACTION of the stable step for None; above the stable step an error."""
+    if dt is None:
+        return DT_FRACTION * stable
+    if dt > stable:
+        raise ConfigError(
+            "case.dt",
+            dt,
+            f"<= {stable:.4g} s (the stable step of the {contact_model} contact)",
+            hint=f"use case.dt={DT_FRACTION * stable:.3g} or case.dt=null",
+        )
+    return dt
 
 
 def _steps(duration: float, dt: float) -> int:
@@ -313,4 +378,258 @@ def _bounce(case: BounceConfig) -> BodyCase:
             "contact_model": case.contact_model,
             "restitution": m.restitution,
         },
+    )
+
+
+# --- tumbling ------------------------------------------------------------------------------------
+
+TUMBLING_STEPS = 100_000  # steps of a tumbling run with dt = null
+
+
+def _axis_rotation(axis: tuple[float, float, float], angle_deg: float) -> np.ndarray:
+    """Rotation matrix (3, 3) by angle_deg about axis (Rodrigues)."""
+    k = np.asarray(axis, dtype=float) / np.linalg.norm(axis)
+    a = math.radians(angle_deg)
+    cross = np.array([[0.0, -k[2], k[1]], [k[2], 0.0, -k[0]], [-k[1], k[0], 0.0]])
+    return np.eye(3) + math.sin(a) * cross + (1.0 - math.cos(a)) * cross @ cross
+
+
+def _tumbling(case: TumblingConfig) -> BodyCase:
+    dt = case.dt if case.dt is not None else case.duration / TUMBLING_STEPS
+    moments = np.asarray(case.moments, dtype=float)
+    axes = _axis_rotation(case.frame_axis, case.frame_angle)  # columns: principal axes
+    inertia = axes @ np.diag(moments) @ axes.T  # full tensor in the body frame
+    low, mid, high = np.argsort(moments)
+    omega = case.spin * (axes[:, mid] + case.perturbation * (axes[:, low] + axes[:, high]))
+    scene = scene_from_dict(
+        {
+            "materials": {
+                "body": {
+                    "young": 1.0e9,  # unused: a lone body without planes never touches anything
+                    "poisson": 0.3,
+                    "density": 1000.0,
+                    "restitution": 1.0,
+                    "friction": 0.0,
+                }
+            },
+            "bodies": [
+                {
+                    "shape": "sphere",
+                    "material": "body",
+                    "radius": case.radius,
+                    "mass": case.mass,
+                    "inertia": inertia.tolist(),
+                    "position": [0.0, 0.0, 0.0],
+                    "angular_velocity": omega.tolist(),
+                }
+            ],
+        },
+        key_prefix="case",
+    )
+    span = np.full(3, 2.0 * case.radius)
+    grid = _grid(-span, span, case.radius, 0.0)
+    setup = setup_from_scene(scene, grid, dt, 0.0, (0.0, 0.0, 0.0))
+    arrays, _ = scene.arrays()
+    i1, i2, i3 = np.sort(moments)
+    # linearised about a steady spin w about the intermediate axis: perturbations grow as e^(s t)
+    rate = case.spin * math.sqrt((i2 - i1) * (i3 - i2) / (i1 * i3))
+
+    def diagnose(times: np.ndarray, positions: np.ndarray, series: dict) -> dict:
+        kinetic = np.asarray(series["kinetic"])
+        momentum = np.asarray(series["angular_momentum"])
+        size = np.linalg.norm(momentum, axis=1)
+        steps = np.clip(np.rint(times / dt).astype(int), 0, size.size - 1)
+        rotation = rotation_matrices(series["orientation"][:, 0])  # principal frame -> world
+        body = np.einsum("tji,tj->ti", rotation, momentum[steps])  # R^T L
+        pi_mid = body[:, 1]  # the state's principal moments are ascending
+        sign = np.sign(pi_mid)
+        changes = np.flatnonzero(sign[1:] * sign[:-1] < 0)
+        first = None
+        if changes.size:
+            k = int(changes[0])
+            t0, t1, p0, p1 = times[k], times[k + 1], pi_mid[k], pi_mid[k + 1]
+            first = float(t0 + (t1 - t0) * p0 / (p0 - p1))
+        return {
+            "kinetic_energy_drift_max": float(np.max(np.abs(kinetic - kinetic[0])) / kinetic[0]),
+            "kinetic_energy_drift_final": float((kinetic[-1] - kinetic[0]) / kinetic[0]),
+            "angular_momentum_drift_max": float(np.max(np.abs(size - size[0])) / size[0]),
+            "intermediate_axis_flipped": bool(changes.size),
+            "first_flip_time_s": first,
+            "flips": int(changes.size),
+            "intermediate_momentum_first": float(pi_mid[0]),
+            "instability_rate_1_s": rate,
+            "steps_run": int(size.size - 1),
+        }
+
+    return BodyCase(
+        name=case.name,
+        scene=scene,
+        setup=setup,
+        bodies=initial_bodies(arrays),
+        mass=arrays.mass,
+        default_steps=_steps(case.duration, dt),
+        output_every=case.output_every,
+        stable_dt=None,
+        diagnose=diagnose,
+        info={
+            "moments_kg_m2": moments.tolist(),
+            "spin_rad_s": case.spin,
+            "perturbation": case.perturbation,
+        },
+    )
+
+
+# --- incline -------------------------------------------------------------------------------------
+
+
+def incline_acceleration(angle_deg: float, friction: float, gravity: float) -> tuple[float, str]:
+    """Analytic acceleration (m/s^2) of a solid sphere released on an incline, and the regime:
+    (5/7) g sin a while tan a <= (7/2) mu (rolling), else g (sin a - mu cos a) (sliding)."""
+    a = math.radians(angle_deg)
+    if math.tan(a) <= 3.5 * friction:
+        return 5.0 / 7.0 * gravity * math.sin(a), "rolling"
+    return gravity * (math.sin(a) - friction * math.cos(a)), "sliding"
+
+
+def _incline(case: InclineConfig) -> BodyCase:
+    m, r = case.material, case.radius
+    a = math.radians(case.angle)
+    normal = np.array([math.sin(a), 0.0, math.cos(a)])
+    downhill = np.array([math.cos(a), 0.0, -math.sin(a)])
+    mass = m.density * 4.0 / 3.0 * math.pi * r**3
+    if case.contact_model == "hertz":
+        e_star = m.young / (2.0 * (1.0 - m.poisson**2))  # sphere on a plane of the same material
+        overlap = (mass * case.gravity * math.cos(a) / (4.0 / 3.0 * e_star * math.sqrt(r))) ** (
+            2.0 / 3.0
+        )
+    else:  # sphere and plane springs in series
+        overlap = mass * case.gravity * math.cos(a) / (0.5 * case.stiffness)
+    x0 = (r - overlap) * normal
+    scene = scene_from_dict(
+        {
+            "materials": {"ball": _material_dict(m)},
+            "bodies": [
+                {
+                    "shape": "plane",
+                    "material": "ball",
+                    "point": [0, 0, 0],
+                    "normal": normal.tolist(),
+                },
+                {"shape": "sphere", "material": "ball", "radius": r, "position": x0.tolist()},
+            ],
+        },
+        key_prefix="case",
+    )
+    check_overlaps(scene, tolerance=1.01 * overlap / r, key_prefix="case")
+    gravity = (0.0, 0.0, -case.gravity)
+    expected, regime = incline_acceleration(case.angle, m.friction, case.gravity)
+    arrays, _ = scene.arrays()
+    top_speed = case.gravity * math.sin(a) * case.duration  # bounds the speed along the slope
+
+    def setup_for(dt: float) -> BodySetup:
+        skin = 2.0 * top_speed * dt
+        travel = 0.5 * top_speed * case.duration
+        ends = np.array([x0, x0 + travel * downhill])
+        margin = 2.0 * r + skin
+        grid = _grid(ends.min(0) - margin, ends.max(0) + margin, r, skin)
+        return setup_from_scene(scene, grid, dt, skin, gravity, case.contact_model, case.stiffness)
+
+    stable = stable_time_step(setup_for(1e-300), arrays.mass)
+    dt = _contact_dt(case.dt, stable, case.contact_model)
+    setup = setup_for(dt)
+
+    def diagnose(times: np.ndarray, positions: np.ndarray, series: dict) -> dict:
+        along = (positions[:, 0, :] - x0) @ downhill
+        late = times >= 0.5 * times[-1]
+        out: dict = {"regime": regime, "analytic_acceleration_m_s2": expected}
+        if np.count_nonzero(late) < 3:
+            return out | {"measured_acceleration_m_s2": None, "note": "too few outputs"}
+        measured = 2.0 * float(np.polyfit(times[late], along[late], 2)[0])
+        height = (positions[:, 0, :] - x0) @ normal
+        return out | {
+            "measured_acceleration_m_s2": measured,
+            "acceleration_relative_error": (measured - expected) / expected
+            if expected
+            else measured,
+            "normal_offset_max_m": float(np.max(np.abs(height))),
+            "distance_m": float(along[-1]),
+            "initial_overlap_m": overlap,
+        }
+
+    return BodyCase(
+        name=case.name,
+        scene=scene,
+        setup=setup,
+        bodies=initial_bodies(arrays),
+        mass=arrays.mass,
+        default_steps=_steps(case.duration, dt),
+        output_every=case.output_every,
+        stable_dt=stable,
+        diagnose=diagnose,
+        info={"angle_deg": case.angle, "friction": m.friction, "regime": regime},
+    )
+
+
+# --- cradle --------------------------------------------------------------------------------------
+
+
+def _cradle(case: CradleConfig) -> BodyCase:
+    m, r, n, v0 = case.material, case.radius, case.count, case.speed
+    x = np.array([0.0] + [2.0 * r + case.gap + 2.0 * r * k for k in range(n - 1)])
+    spheres = [
+        {
+            "shape": "sphere",
+            "material": "ball",
+            "radius": r,
+            "position": [float(xk), 0.0, 0.0],
+            "velocity": [v0 if k == 0 else 0.0, 0.0, 0.0],
+        }
+        for k, xk in enumerate(x)
+    ]
+    scene = scene_from_dict(
+        {"materials": {"ball": _material_dict(m)}, "bodies": spheres}, key_prefix="case"
+    )
+    check_overlaps(scene, tolerance=1e-9, key_prefix="case")
+    arrays, _ = scene.arrays()
+
+    def setup_for(dt: float) -> BodySetup:
+        skin = 4.0 * v0 * dt  # relative speeds stay below 2 v0
+        travel = v0 * case.duration
+        margin = 2.0 * r + skin
+        lower = np.array([x[0] - travel - margin, -margin, -margin])
+        upper = np.array([x[-1] + travel + margin, margin, margin])
+        grid = _grid(lower, upper, r, skin, capacity=max(GRID_CAPACITY, 8))
+        return setup_from_scene(scene, grid, dt, skin, (0.0, 0.0, 0.0), case.contact_model,
+                                case.stiffness)  # fmt: skip
+
+    stable = stable_time_step(setup_for(1e-300), arrays.mass)
+    dt = _contact_dt(case.dt, stable, case.contact_model)
+    setup = setup_for(dt)
+    p0 = float(arrays.mass[0] * v0)
+
+    def diagnose(times: np.ndarray, positions: np.ndarray, series: dict) -> dict:
+        momentum = np.asarray(series["momentum"])
+        error = np.linalg.norm(momentum - momentum[0], axis=1).max() / p0
+        final = np.asarray(series["velocity"])[-1, :, 0] / v0
+        kinetic = np.asarray(series["kinetic"])
+        touching = np.asarray(series["contacts"]) > 0
+        return {
+            "last_velocity_ratio": float(final[-1]),
+            "final_velocity_ratios": final.tolist(),
+            "momentum_error_relative_max": float(error),
+            "kinetic_energy_ratio": float(kinetic[-1] / kinetic[0]),
+            "collisions_over": bool(not touching[-1]),
+        }
+
+    return BodyCase(
+        name=case.name,
+        scene=scene,
+        setup=setup,
+        bodies=initial_bodies(arrays),
+        mass=arrays.mass,
+        default_steps=_steps(case.duration, dt),
+        output_every=case.output_every,
+        stable_dt=stable,
+        diagnose=diagnose,
+        info={"count": n, "speed_m_s": v0, "restitution": m.restitution},
     )

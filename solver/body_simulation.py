@@ -236,7 +236,7 @@ def simulate_bodies(
     energies_path = output_dir / "energies.csv"
     energies_path.write_text(",".join(ENERGY_COLUMNS) + "\n")
     rows = [_energy_rows(0, dt, jax.device_get(diag_fn(state)))]
-    times, positions = [], []
+    times, positions, orientations, velocities = [], [], [], []
 
     def append_energies(block: np.ndarray) -> None:
         with energies_path.open("a") as f:
@@ -257,6 +257,8 @@ def simulate_bodies(
         writer.write(step, step * dt, fields)
         times.append(step * dt)
         positions.append(fields["position"])
+        orientations.append(fields["orientation"])
+        velocities.append(fields["velocity"])
 
     append_energies(rows[0])
     write_output(0)
@@ -273,7 +275,16 @@ def simulate_bodies(
         first, last = table[0], table[-1]
         total_first = first[4]
         drift = (last[4] - total_first) / abs(total_first) if total_first != 0 else math.nan
-        series = {"time": table[:, 1], "potential": table[:, 3], "contacts": table[:, -1]}
+        series = {
+            "time": table[:, 1],
+            "kinetic": table[:, 2],
+            "potential": table[:, 3],
+            "momentum": table[:, 5:8],
+            "angular_momentum": table[:, 8:11],
+            "contacts": table[:, -1],
+            "orientation": np.array(orientations),
+            "velocity": np.array(velocities),
+        }
         diag = case.diagnose(np.array(times), np.array(positions), series)
         run_s = timing["run_s"]
         return {

@@ -223,6 +223,62 @@ class BounceConfig:
     kind: str = "bodies"
 
 
+@dataclass(frozen=True)
+class TumblingConfig:
+    """A torque-free asymmetric rigid body near its intermediate axis (no gravity, no contacts)."""
+
+    radius: float  # m, radius of the sphere that stands for the body in the outputs
+    mass: float  # kg
+    moments: tuple[float, float, float]  # kg m^2, principal moments (distinct)
+    frame_axis: tuple[float, float, float]  # principal axes = this rotation of the body frame
+    frame_angle: float  # degrees
+    spin: float  # rad/s about the intermediate principal axis
+    perturbation: float  # relative angular velocity about the other two principal axes
+    duration: float  # s
+    dt: float | None  # s; None: duration / 100000
+    output_every: int | None
+    name: str = "tumbling"
+    dimension: int | None = None
+    kind: str = "bodies"
+
+
+@dataclass(frozen=True)
+class InclineConfig:
+    """A sphere released at rest on an inclined plane with friction (rigid bodies)."""
+
+    radius: float  # m
+    material: MaterialConfig  # sphere and plane
+    angle: float  # degrees, incline of the plane
+    gravity: float  # m/s^2, along -z
+    contact_model: str
+    stiffness: float  # N/m, linear model only
+    duration: float  # s
+    dt: float | None
+    output_every: int | None
+    name: str = "incline"
+    dimension: int | None = None
+    kind: str = "bodies"
+
+
+@dataclass(frozen=True)
+class CradleConfig:
+    """Newton's cradle: a row of equal spheres along x hit by the first one (no gravity)."""
+
+    count: int  # spheres, >= 2
+    radius: float  # m
+    material: MaterialConfig
+    speed: float  # m/s, of the first sphere along +x
+    gap: float  # m, between the first sphere and the row (the row itself just touches)
+    contact_model: str
+    stiffness: float  # N/m, linear model only
+    duration: float  # s
+    dt: float | None
+    output_every: int | None
+    name: str = "cradle"
+    dimension: int | None = None
+    kind: str = "bodies"
+
+
 CaseConfig = (
     CylinderConfig
     | TaylorGreenConfig
@@ -232,6 +288,9 @@ CaseConfig = (
     | DuctConfig
     | ProjectileConfig
     | BounceConfig
+    | TumblingConfig
+    | InclineConfig
+    | CradleConfig
 )
 
 
@@ -548,6 +607,60 @@ def _bounce(s: _Section) -> BounceConfig:
     )
 
 
+def _tumbling(s: _Section) -> TumblingConfig:
+    moments = s.point("moments", 3)
+    if not all(m > 0 for m in moments) or len(set(moments)) != 3:
+        raise ConfigError(s.key("moments"), list(moments), "three distinct positive moments")
+    if max(moments) > sum(moments) - max(moments):
+        raise ConfigError(
+            s.key("moments"), list(moments), "largest moment <= the sum of the other two"
+        )
+    axis = s.point("frame_axis", 3)
+    if not math.hypot(*axis) > 0:
+        raise ConfigError(s.key("frame_axis"), list(axis), "a non-zero vector")
+    return TumblingConfig(
+        radius=s.positive("radius"),
+        mass=s.positive("mass"),
+        moments=moments,
+        frame_axis=axis,
+        frame_angle=s.number("frame_angle"),
+        spin=s.positive("spin"),
+        perturbation=s.number("perturbation", low=0.0, high=1.0),
+        duration=s.positive("duration"),
+        dt=s.number("dt", low=0.0, allow_none=True),
+        output_every=s.integer("output_every", allow_none=True),
+    )
+
+
+def _incline(s: _Section) -> InclineConfig:
+    return InclineConfig(
+        radius=s.positive("radius"),
+        material=_material(_Section(s.key("material"), s.raw("material"))),
+        angle=s.number("angle", low=0.0, high=80.0, low_open=False),
+        gravity=s.positive("gravity"),
+        contact_model=s.choice("contact_model", CONTACT_MODELS),
+        stiffness=s.positive("stiffness"),
+        duration=s.positive("duration"),
+        dt=s.number("dt", low=0.0, allow_none=True),
+        output_every=s.integer("output_every", allow_none=True),
+    )
+
+
+def _cradle(s: _Section) -> CradleConfig:
+    return CradleConfig(
+        count=s.integer("count", low=2),
+        radius=s.positive("radius"),
+        material=_material(_Section(s.key("material"), s.raw("material"))),
+        speed=s.positive("speed"),
+        gap=s.number("gap", low=0.0, low_open=False),
+        contact_model=s.choice("contact_model", CONTACT_MODELS),
+        stiffness=s.positive("stiffness"),
+        duration=s.positive("duration"),
+        dt=s.number("dt", low=0.0, allow_none=True),
+        output_every=s.integer("output_every", allow_none=True),
+    )
+
+
 CASE_PARSERS = {
     "cylinder": _cylinder,
     "taylor_green": _taylor_green,
@@ -557,6 +670,9 @@ CASE_PARSERS = {
     "duct": _duct,
     "projectile": _projectile,
     "bounce": _bounce,
+    "tumbling": _tumbling,
+    "incline": _incline,
+    "cradle": _cradle,
 }
 
 
