@@ -154,6 +154,32 @@ class BodySetup:
     def n_planes(self) -> int:
         return int(self.plane_point.shape[0])
 
+    def params(self, dtype=jnp.float64) -> ContactParams:
+        """The setup's material values, planes and gravity as arrays of ``dtype``."""
+
+        def const(values) -> Array:
+            return jnp.asarray(values, dtype=dtype)
+
+        stiffness = self.stiffness if self.stiffness is not None else np.zeros(self.n_bodies)
+        return ContactParams(
+            young=const(self.young),
+            poisson=const(self.poisson),
+            restitution=const(self.restitution),
+            friction=const(self.friction),
+            rolling_friction=const(self.rolling_friction),
+            stiffness=const(stiffness),
+            plane_point=const(self.plane_point),
+            plane_normal=const(self.plane_normal),
+            plane_velocity=const(self.plane_velocity),
+            plane_young=const(self.plane_young),
+            plane_poisson=const(self.plane_poisson),
+            plane_restitution=const(self.plane_restitution),
+            plane_friction=const(self.plane_friction),
+            plane_rolling_friction=const(self.plane_rolling_friction),
+            plane_stiffness=const(self.plane_stiffness),
+            gravity=const(self.gravity),
+        )
+
 
 class Overflow(NamedTuple):
     """Neighbour-search buffer diagnostics (scalars): the fullest cell and the longest row."""
@@ -163,6 +189,45 @@ class Overflow(NamedTuple):
     worst_cell_count: Array  # int32 bodies in it (capacity needed)
     worst_body: Array  # int32 body with most partners j > i
     worst_body_count: Array  # int32 its partners (max_neighbors needed)
+
+
+@jax.tree_util.register_dataclass
+@dataclass(frozen=True)
+class ContactParams:
+    """The material values, planes and gravity of a scene as traced arrays (SI units).
+
+    ``BodySetup.params()`` builds them from the setup; every step function takes them as an
+    optional argument, so an ensemble can vmap over members that differ in these values while
+    sharing one compiled program (radius, grid, dt and the contact model stay static).
+
+    Attributes:
+        young, poisson, restitution, friction, rolling_friction, stiffness: (n,) per sphere
+            (stiffness N/m, linear model only; zeros otherwise).
+        plane_point, plane_normal, plane_velocity: (p, 3).
+        plane_young, plane_poisson, plane_restitution, plane_friction, plane_rolling_friction,
+            plane_stiffness: (p,).
+        gravity: (3,) m/s^2.
+    """
+
+    young: Array
+    poisson: Array
+    restitution: Array
+    friction: Array
+    rolling_friction: Array
+    stiffness: Array
+    plane_point: Array
+    plane_normal: Array
+    plane_velocity: Array
+    plane_young: Array
+    plane_poisson: Array
+    plane_restitution: Array
+    plane_friction: Array
+    plane_rolling_friction: Array
+    plane_stiffness: Array
+    gravity: Array
+
+    def replace(self, **changes) -> ContactParams:
+        return dataclasses.replace(self, **changes)
 
 
 @jax.tree_util.register_dataclass
@@ -275,7 +340,12 @@ def _mass_inverse(bodies: Bodies) -> Array:
 
 
 def contact_forces(
-    setup: BodySetup, bodies: Bodies, partners: Array, history: Array, plane_history: Array
+    setup: BodySetup,
+    bodies: Bodies,
+    partners: Array,
+    history: Array,
+    plane_history: Array,
+    params: ContactParams | None = None,
 ) -> ContactResult:
     """Contact forces and gravity on the spheres, with a freshly built neighbour table.
 
@@ -283,6 +353,7 @@ def contact_forces(
         bodies: the state at which forces act (n bodies).
         partners: (n, K) int32 previous pair table; history: (n, K, 3) m its tangential springs;
         plane_history: (n, p, 3) m.
+        params: material values, planes and gravity; None: ``setup.params()``.
 
     Returns:
         ContactResult. Pairs that persist keep their spring (`carry_history`), new pairs start at
@@ -295,11 +366,14 @@ def contact_forces(
     def const(values):
         return jnp.asarray(values, dtype=dtype)
 
+    if params is None:
+        params = setup.params(dtype)
     radius = const(setup.radius)
-    young, poisson = const(setup.young), const(setup.poisson)
-    restitution, friction = const(setup.restitution), const(setup.friction)
+    young, poisson = params.young, params.poisson
+    restitution, friction = params.restitution, params.friction
+    # static: an ensemble that varies rolling friction builds its setup with a nonzero value
     use_rolling = bool(np.any(setup.rolling_friction > 0))
-    rolling = const(setup.rolling_friction)
+    rolling = params.rolling_friction
     inverse_mass = _mass_inverse(bodies)
     omega = rigid_body.angular_velocity(bodies)
     x, v = bodies.position, bodies.velocity
@@ -317,7 +391,7 @@ def contact_forces(
     m_star = 1.0 / jnp.where(inverse_sum > 0, inverse_sum, 1.0)
     k_linear = None
     if setup.contact_model == "linear":
-        stiffness = const(setup.stiffness)
+        stiffness = params.stiffness
         k_linear = 1.0 / (1.0 / stiffness[i] + 1.0 / stiffness[js])
     force_ij, roll_ij, new_history = _pair_laws(
         setup,
@@ -344,15 +418,15 @@ def contact_forces(
         k = jnp.tile(jnp.arange(p, dtype=jnp.int32), n)  # its plane
         all_valid = jnp.ones((n * p,), bool)
         plane_geometry = sphere_plane(
-            x[b], radius[b], v[b], omega[b], const(setup.plane_point)[k],
-            const(setup.plane_normal)[k], const(setup.plane_velocity)[k], all_valid,
+            x[b], radius[b], v[b], omega[b], params.plane_point[k],
+            params.plane_normal[k], params.plane_velocity[k], all_valid,
         )  # fmt: skip
-        plane_young, plane_poisson = const(setup.plane_young), const(setup.plane_poisson)
+        plane_young, plane_poisson = params.plane_young, params.plane_poisson
         k_plane = None
         if setup.contact_model == "linear":
-            k_plane = 1.0 / (1.0 / stiffness[b] + 1.0 / const(setup.plane_stiffness)[k])
+            k_plane = 1.0 / (1.0 / stiffness[b] + 1.0 / params.plane_stiffness[k])
         inv = inverse_mass[b]
-        rolling_plane = const(setup.plane_rolling_friction)
+        rolling_plane = params.plane_rolling_friction
         force_bp, roll_bp, flat_history = _pair_laws(
             setup,
             plane_geometry,
@@ -361,8 +435,8 @@ def contact_forces(
             radius[b],  # R* of a sphere on a plane
             1.0 / jnp.where(inv > 0, inv, 1.0),
             k_plane,
-            cm.mixed_coefficient(restitution[b], const(setup.plane_restitution)[k]),
-            cm.mixed_coefficient(friction[b], const(setup.plane_friction)[k]),
+            cm.mixed_coefficient(restitution[b], params.plane_restitution[k]),
+            cm.mixed_coefficient(friction[b], params.plane_friction[k]),
             cm.mixed_coefficient(rolling[b], rolling_plane[k]) if use_rolling else None,
             plane_history.reshape(-1, 3),
         )
@@ -375,7 +449,7 @@ def contact_forces(
         count = count + jnp.sum(plane_geometry.active.reshape(n, p), axis=1, dtype=jnp.int32)
         new_plane_history = flat_history.reshape(n, p, 3)
 
-    force = force + rigid_body.gravity_force(bodies, const(setup.gravity))
+    force = force + rigid_body.gravity_force(bodies, params.gravity)
     overflow = Overflow(
         overflowed=cells.overflowed | table.overflowed,
         worst_cell=cells.worst_cell,
@@ -407,7 +481,9 @@ def _merge_overflow(seen: Overflow, new: Overflow) -> Overflow:
     )
 
 
-def initial_state(setup: BodySetup, bodies: Bodies) -> BodyState:
+def initial_state(
+    setup: BodySetup, bodies: Bodies, params: ContactParams | None = None
+) -> BodyState:
     """The state at time 0: empty histories, the first pair table and its forces."""
     n, p, width = setup.n_bodies, setup.n_planes, setup.grid.max_neighbors
     if bodies.position.shape != (n, 3):
@@ -417,7 +493,7 @@ def initial_state(setup: BodySetup, bodies: Bodies) -> BodyState:
     partners = jnp.full((n, width), -1, jnp.int32)
     history = jnp.zeros((n, width, 3), dtype)
     plane_history = jnp.zeros((n, p, 3), dtype)
-    result = contact_forces(setup, bodies, partners, history, plane_history)
+    result = contact_forces(setup, bodies, partners, history, plane_history, params)
     return BodyState(
         bodies=bodies,
         force=result.force,
@@ -431,11 +507,14 @@ def initial_state(setup: BodySetup, bodies: Bodies) -> BodyState:
     )
 
 
-def diagnostics(setup: BodySetup, state: BodyState) -> BodyDiagnostics:
-    """Energy, momentum and contact totals of a state."""
+def diagnostics(
+    setup: BodySetup, state: BodyState, params: ContactParams | None = None
+) -> BodyDiagnostics:
+    """Energy, momentum and contact totals of a state (potential energy in ``params.gravity``)."""
     bodies = state.bodies
     dtype = bodies.position.dtype
-    weight = rigid_body.gravity_force(bodies, jnp.asarray(setup.gravity, dtype))
+    gravity = jnp.asarray(setup.gravity, dtype) if params is None else params.gravity
+    weight = rigid_body.gravity_force(bodies, gravity)
     dynamic = ~bodies.kinematic
     return BodyDiagnostics(
         kinetic_energy=jnp.sum(jnp.where(dynamic, rigid_body.kinetic_energy(bodies), 0.0)),
@@ -455,19 +534,23 @@ def diagnostics(setup: BodySetup, state: BodyState) -> BodyDiagnostics:
 
 def make_body_chunk(
     setup: BodySetup,
-) -> Callable[[BodyState, int], tuple[BodyState, BodyDiagnostics]]:
-    """Build chunk(state, n) -> (state after n steps, BodyDiagnostics per step, leading axis n).
+) -> Callable[..., tuple[BodyState, BodyDiagnostics]]:
+    """Build chunk(state, n, params=None) -> (state after n steps, BodyDiagnostics per step with
+    leading axis n).
 
-    ``n`` is static (jit with static_argnums=1). The chunk is pure and vmaps over a batch of
-    states that share ``setup`` (ensembles).
+    ``n`` is static (jit with static_argnums=1); ``params`` (ContactParams) defaults to
+    ``setup.params()``. The chunk is pure and vmaps over a batch of states and params that share
+    ``setup`` (ensembles).
     """
 
-    def one_step(state: BodyState, _) -> tuple[BodyState, BodyDiagnostics]:
+    def one_step(state: BodyState, params: ContactParams) -> tuple[BodyState, BodyDiagnostics]:
         results: list[ContactResult] = []
 
         def forces_fn(bodies: Bodies) -> tuple[Array, Array]:
             results.append(
-                contact_forces(setup, bodies, state.partners, state.history, state.plane_history)
+                contact_forces(
+                    setup, bodies, state.partners, state.history, state.plane_history, params
+                )
             )
             return results[-1].force, results[-1].torque
 
@@ -486,10 +569,14 @@ def make_body_chunk(
             time=state.time + 1,
             overflow=_merge_overflow(state.overflow, result.overflow),
         )
-        return state, diagnostics(setup, state)
+        return state, diagnostics(setup, state, params)
 
-    def chunk(state: BodyState, n: int) -> tuple[BodyState, BodyDiagnostics]:
-        return lax.scan(one_step, state, None, length=n)
+    def chunk(
+        state: BodyState, n: int, params: ContactParams | None = None
+    ) -> tuple[BodyState, BodyDiagnostics]:
+        if params is None:
+            params = setup.params(state.bodies.position.dtype)
+        return lax.scan(lambda s, _: one_step(s, params), state, None, length=n)
 
     return chunk
 
