@@ -1,0 +1,70 @@
+"""One entry point for every message: parse, validate, quarantine, count. Never raises.
+
+Used by every source (replay files, MQTT) between chunks: ``Ingestor.ingest(raw, source, now)``
+returns the accepted observations; each rejection is in the quarantine file and in the counts.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections import Counter
+
+from solver.twin.messages import MAX_MESSAGE_BYTES, Reading, Rejection, parse_message
+from solver.twin.quarantine import Quarantine
+from solver.twin.validate import Observation, Validator
+
+log = logging.getLogger("solver.twin")
+
+
+class Ingestor:
+    """Attributes:
+    validator: the sensors and the clock checks.
+    quarantine: where rejections go.
+    counts: "messages", "readings" (parsed or not), "accepted", and "rejected".
+    """
+
+    def __init__(
+        self, validator: Validator, quarantine: Quarantine, max_bytes: int = MAX_MESSAGE_BYTES
+    ) -> None:
+        self.validator, self.quarantine, self.max_bytes = validator, quarantine, max_bytes
+        self.counts: Counter = Counter()
+
+    @property
+    def rejected_by_reason(self) -> dict[str, int]:
+        return dict(self.quarantine.counts)
+
+    def ingest(self, raw: bytes, source: str, now: float) -> list[Observation]:
+        """The accepted observations of one message at simulation time ``now`` (s)."""
+        self.counts["messages"] += 1
+        accepted: list[Observation] = []
+        try:
+            items = parse_message(raw, self.max_bytes)
+            for item in items:
+                self.counts["readings"] += 1
+                if isinstance(item, Reading):
+                    item = self.validator.check(item, now, _item_raw(raw, item, len(items)))
+                if isinstance(item, Rejection):
+                    self.counts["rejected"] += 1
+                    self.quarantine.add(item, source)
+                else:
+                    self.counts["accepted"] += 1
+                    accepted.append(item)
+        except Exception as err:  # a bug must not stop the twin: keep the message, say so loudly
+            log.exception("ingestion failed on a message from %s", source)
+            self.counts["rejected"] += 1
+            self.quarantine.add(
+                Rejection("internal", f"{type(err).__name__}: {err}"[:200], bytes(raw)), source
+            )
+        return accepted
+
+
+def _item_raw(raw: bytes, reading: Reading, count: int) -> bytes:
+    """The bytes to quarantine for a reading that fails validation: the whole message when it is
+    a single reading, else just that batch item (re-encoded)."""
+    if reading.index is None:
+        return bytes(raw)
+    item = {"sensor": reading.sensor, "time": reading.time, "value": reading.value.tolist()}
+    if reading.units is not None:
+        item["units"] = reading.units
+    return json.dumps(item).encode()

@@ -1,0 +1,105 @@
+"""Checking parsed readings against the declared sensors and the twin's clock.
+
+A ``Validator`` keeps the last accepted time of every sensor, so it sees readings out of order
+and redeliveries (MQTT QoS 1 delivers at least once). Times are mapped to simulation time by
+``time_origin`` (the source time of simulation time 0). Nothing here raises.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+import numpy as np
+
+from solver.twin.messages import Reading, Rejection
+from solver.twin.sensors import Sensor
+from solver.twin.units import UNITS, to_si, units_of
+
+QUATERNION_TOLERANCE = 1e-3  # |q| of a pose reading may differ from 1 by this much
+
+
+class Observation(NamedTuple):
+    """An accepted reading: sensor, simulation time (s) and SI value (k,)."""
+
+    sensor: str
+    time: float
+    value: np.ndarray
+
+
+@dataclass
+class Validator:
+    """Attributes:
+    sensors: {id: Sensor}.
+    time_origin: s, the source time that is simulation time 0.
+    max_age: s, readings older than now - max_age are rejected (inf: never).
+    max_future: s, readings later than now + max_future are rejected (inf: never).
+    """
+
+    sensors: dict[str, Sensor]
+    time_origin: float = 0.0
+    max_age: float = math.inf
+    max_future: float = math.inf
+    last_time: dict[str, float] = field(default_factory=dict)
+
+    def check(self, reading: Reading, now: float, raw: bytes) -> Observation | Rejection:
+        """Accept ``reading`` at simulation time ``now`` (s) or say why not."""
+
+        def reject(reason: str, detail: str) -> Rejection:
+            return Rejection(reason, detail, raw, reading.index, reading.sensor)
+
+        sensor = self.sensors.get(reading.sensor)
+        if sensor is None:
+            return reject("unknown_sensor", f"sensor {reading.sensor[:64]!r} is not declared")
+        units = reading.units if reading.units is not None else sensor.units
+        unit = UNITS.get(units)
+        dimension = UNITS[sensor.units].dimension
+        if unit is None or unit.dimension != dimension:
+            return reject(
+                "units",
+                f"{sensor.id}: units {units[:32]!r} are not {dimension} "
+                f"({', '.join(units_of(dimension))})",
+            )
+        if reading.value.size != sensor.components:
+            return reject(
+                "shape",
+                f"{sensor.id}: {reading.value.size} value(s), the sensor has {sensor.components}",
+            )
+        value = np.asarray(to_si(reading.value, units), dtype=np.float64)
+        if not np.all(np.isfinite(value)):
+            return reject("non_finite", f"{sensor.id}: value not finite after unit conversion")
+        bad = (value < sensor.low) | (value > sensor.high)
+        if np.any(bad):
+            k = int(np.argmax(bad))
+            return reject(
+                "out_of_range",
+                f"{sensor.id}: component {k} = {value[k]:.6g} (SI) outside "
+                f"[{sensor.low[k]:.6g}, {sensor.high[k]:.6g}]",
+            )
+        if sensor.kind == "body_pose":
+            norm = float(np.linalg.norm(value[3:]))
+            if abs(norm - 1.0) > QUATERNION_TOLERANCE:
+                return reject("out_of_range", f"{sensor.id}: |quaternion| = {norm:.6g}, not 1")
+        time = reading.time - self.time_origin
+        if not math.isfinite(time):
+            return reject("non_finite", f"{sensor.id}: time not finite after the origin shift")
+        last = self.last_time.get(sensor.id)
+        if last is not None and time == last:
+            return reject("duplicate", f"{sensor.id}: a reading at t = {time:.6f} s was accepted")
+        if last is not None and time < last:
+            return reject(
+                "out_of_order", f"{sensor.id}: t = {time:.6f} s before the last {last:.6f} s"
+            )
+        if time < now - self.max_age:
+            return reject(
+                "too_old",
+                f"{sensor.id}: t = {time:.6f} s is over {self.max_age:g} s before {now:.6f} s",
+            )
+        if time > now + self.max_future:
+            return reject(
+                "future",
+                f"{sensor.id}: t = {time:.6f} s is over {self.max_future:g} s after {now:.6f} s",
+            )
+        self.last_time[sensor.id] = time
+        return Observation(sensor.id, time, value)
