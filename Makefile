@@ -1,12 +1,12 @@
 # Quick start: `make run` (default case) and `make test` (whole suite). Both create .venv if needed.
-# `make test` also installs what the MPI and Slurm tests need: as root on Debian/Ubuntu the system
+# `make test` also installs what the MPI, Slurm and MQTT tests need: as root on Debian/Ubuntu the system
 # packages below (skipped when present), then mpi4py, mpi4jax and the Hydra Slurm launcher.
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 TEST_STAMP := $(VENV)/.installed-test-stamp
-APT_PACKAGES := slurm-wlm munge libopenmpi-dev openmpi-bin
+APT_PACKAGES := slurm-wlm munge libopenmpi-dev openmpi-bin mosquitto openssl
 # mpi4jax builds its CUDA extension when it finds CUDA headers under CUDA_PATH (or next to nvcc);
 # an empty folder builds the CPU-only extension, which is what a machine with nvcc but no CUDA
 # runtime needs. On a GPU cluster: `make test MPI4JAX_CUDA_PATH=/usr/local/cuda`.

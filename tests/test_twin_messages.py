@@ -73,7 +73,6 @@ def test_every_reason_is_counted_exactly_and_quarantined(tmp_path):
         "non_finite": b'{"sensor": "u1", "time": 2.0, "value": [NaN, 0.0]}',
         "out_of_range": _msg(sensor="u1", time=2.0, value=[2.5, 0.0]),
         "out_of_order": _msg(sensor="u1", time=0.5, value=[0.1, 0.1]),
-        "duplicate": good,
         "too_old": _msg(sensor="p1", time=1.0, value=100.0),
         "future": _msg(sensor="p1", time=40.0, value=100.0),
     }
@@ -81,6 +80,11 @@ def test_every_reason_is_counted_exactly_and_quarantined(tmp_path):
     for reason, raw in cases.items():
         now = 20.0 if reason in ("too_old", "future") else 1.0
         assert ing.ingest(raw, "src", now) == [], reason
+    assert ing.ingest(good, "src", 1.0) == []  # a redelivery: dropped, counted, not quarantined
+    assert ing.ingest(cases["json"], "src", 1.0) == []  # the same bad bytes again
+    same_reading = _msg(sensor="u1", value=[0.5, 0.1], time=1.0)  # other bytes, same reading
+    assert ing.ingest(same_reading, "src", 1.0) == []
+    assert ing.counts["duplicate_messages"] == 2 and ing.counts["duplicates"] == 1
     assert ing.rejected_by_reason == {reason: 1 for reason in cases}
     assert set(cases) | {"internal"} == set(REASONS)
     ing.quarantine.close()
@@ -189,4 +193,5 @@ def test_fuzz_ingestion_never_raises(tmp_path_factory, items, as_batch, now):
             assert np.all(np.isfinite(obs.value)) and math.isfinite(obs.time)
     assert "internal" not in ing.rejected_by_reason
     assert set(ing.rejected_by_reason) <= DESIGNED
-    assert ing.counts["accepted"] + ing.counts["rejected"] == ing.counts["readings"]
+    counted = ing.counts["accepted"] + ing.counts["rejected"] + ing.counts["duplicates"]
+    assert counted == ing.counts["readings"]

@@ -2,26 +2,37 @@
 
 Used by every source (replay files, MQTT) between chunks: ``Ingestor.ingest(raw, source, now)``
 returns the accepted observations; each rejection is in the quarantine file and in the counts.
+
+At-least-once delivery (MQTT QoS 1) repeats messages: after a reconnection the broker resends
+what it had not seen acknowledged, and a publisher resends what the broker had not acknowledged
+when it went down. A message whose bytes equal one of the last ``DEDUPE_WINDOW`` messages is
+therefore dropped and counted as a duplicate (its content is already accepted or quarantined),
+so counts stay exact across broker restarts.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
-from collections import Counter
+from collections import Counter, OrderedDict
 
 from solver.twin.messages import MAX_MESSAGE_BYTES, Reading, Rejection, parse_message
 from solver.twin.quarantine import Quarantine
-from solver.twin.validate import Observation, Validator
+from solver.twin.validate import Duplicate, Observation, Validator
 
 log = logging.getLogger("solver.twin")
+
+DEDUPE_WINDOW = 65536  # messages remembered (by a 16-byte digest) to drop redeliveries
 
 
 class Ingestor:
     """Attributes:
     validator: the sensors and the clock checks.
     quarantine: where rejections go.
-    counts: "messages", "readings" (parsed or not), "accepted", and "rejected".
+    counts: "messages", "duplicate_messages" (bytes seen before: dropped unparsed), "readings"
+        (parsed or not, of the other messages) = "accepted" + "rejected" + "duplicates"
+        (readings equal to accepted ones: dropped, not quarantined).
     """
 
     def __init__(
@@ -29,6 +40,7 @@ class Ingestor:
     ) -> None:
         self.validator, self.quarantine, self.max_bytes = validator, quarantine, max_bytes
         self.counts: Counter = Counter()
+        self._seen: OrderedDict[bytes, None] = OrderedDict()
 
     @property
     def rejected_by_reason(self) -> dict[str, int]:
@@ -39,12 +51,21 @@ class Ingestor:
         self.counts["messages"] += 1
         accepted: list[Observation] = []
         try:
+            digest = hashlib.blake2b(bytes(raw), digest_size=16).digest()
+            if digest in self._seen:
+                self.counts["duplicate_messages"] += 1
+                return accepted
+            self._seen[digest] = None
+            if len(self._seen) > DEDUPE_WINDOW:
+                self._seen.popitem(last=False)
             items = parse_message(raw, self.max_bytes)
             for item in items:
                 self.counts["readings"] += 1
                 if isinstance(item, Reading):
                     item = self.validator.check(item, now, _item_raw(raw, item, len(items)))
-                if isinstance(item, Rejection):
+                if isinstance(item, Duplicate):
+                    self.counts["duplicates"] += 1
+                elif isinstance(item, Rejection):
                     self.counts["rejected"] += 1
                     self.quarantine.add(item, source)
                 else:

@@ -40,7 +40,6 @@ REASONS = (
     "non_finite",  # NaN or infinite value or time
     "out_of_range",  # outside the sensor's valid range
     "out_of_order",  # older than the sensor's last accepted reading
-    "duplicate",  # same sensor and time as an accepted reading (e.g. a redelivery)
     "too_old",  # older than the accepted age
     "future",  # ahead of the twin's clock by more than allowed
     "internal",  # a bug in the ingestion code (logged with its traceback); never by design

@@ -8,6 +8,7 @@ and redeliveries (MQTT QoS 1 delivers at least once). Times are mapped to simula
 from __future__ import annotations
 
 import math
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -18,6 +19,7 @@ from solver.twin.sensors import Sensor
 from solver.twin.units import UNITS, to_si, units_of
 
 QUATERNION_TOLERANCE = 1e-3  # |q| of a pose reading may differ from 1 by this much
+RECENT = 4096  # accepted (time, value) remembered per sensor to recognise redeliveries
 
 
 class Observation(NamedTuple):
@@ -26,6 +28,14 @@ class Observation(NamedTuple):
     sensor: str
     time: float
     value: np.ndarray
+
+
+class Duplicate(NamedTuple):
+    """A reading identical to one already accepted (an at-least-once redelivery): dropped and
+    counted, not quarantined, since nothing is lost."""
+
+    sensor: str
+    time: float
 
 
 @dataclass
@@ -42,8 +52,11 @@ class Validator:
     max_age: float = math.inf
     max_future: float = math.inf
     last_time: dict[str, float] = field(default_factory=dict)
+    recent: dict[str, OrderedDict] = field(default_factory=dict)
 
-    def check(self, reading: Reading, now: float, raw: bytes) -> Observation | Rejection:
+    def check(
+        self, reading: Reading, now: float, raw: bytes
+    ) -> Observation | Duplicate | Rejection:
         """Accept ``reading`` at simulation time ``now`` (s) or say why not."""
 
         def reject(reason: str, detail: str) -> Rejection:
@@ -84,9 +97,14 @@ class Validator:
         time = reading.time - self.time_origin
         if not math.isfinite(time):
             return reject("non_finite", f"{sensor.id}: time not finite after the origin shift")
+        recent = self.recent.setdefault(sensor.id, OrderedDict())
+        if time in recent:
+            if np.array_equal(recent[time], value):
+                return Duplicate(sensor.id, time)
+            return reject(
+                "out_of_order", f"{sensor.id}: another value at t = {time:.6f} s was accepted"
+            )
         last = self.last_time.get(sensor.id)
-        if last is not None and time == last:
-            return reject("duplicate", f"{sensor.id}: a reading at t = {time:.6f} s was accepted")
         if last is not None and time < last:
             return reject(
                 "out_of_order", f"{sensor.id}: t = {time:.6f} s before the last {last:.6f} s"
@@ -102,4 +120,7 @@ class Validator:
                 f"{sensor.id}: t = {time:.6f} s is over {self.max_future:g} s after {now:.6f} s",
             )
         self.last_time[sensor.id] = time
+        recent[time] = value
+        if len(recent) > RECENT:
+            recent.popitem(last=False)
         return Observation(sensor.id, time, value)
