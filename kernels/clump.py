@@ -10,7 +10,8 @@ Two halves:
       `clump_mass_properties` and `to_principal`.
     - Step kernels (pure JAX, no jit inside): `member_positions`, `member_velocities` and
       `gather_member_forces`, batched over n clumps of at most m members; shorter clumps are
-      padded and the padding is excluded by a boolean mask (n, m).
+      padded and the padding is excluded by a boolean mask (n, m). `sphere_kinematics` is the
+      unpadded form the body step uses: s spheres listed flat with the index of their body.
 
 Mass properties of the union of the spheres (overlaps counted once). The spheres alone are exact:
 mass m_k = 4/3 pi r_k^3 rho and second moment about the origin
@@ -290,3 +291,37 @@ def gather_member_forces(
         force_members = jnp.where(mask[..., None], force_members, 0.0)
         torque = jnp.where(mask[..., None], torque, 0.0)
     return jnp.sum(force_members, axis=1), jnp.sum(torque, axis=1)
+
+
+def sphere_kinematics(
+    position: ArrayLike,
+    velocity: ArrayLike,
+    orientation: ArrayLike,
+    omega: ArrayLike,
+    owner: ArrayLike,
+    offsets: ArrayLike,
+) -> tuple[Array, Array]:
+    """World centres and velocities of s spheres listed flat, each with the index of its body.
+
+        x_k = X_b + R_b c_k,   v_k = V_b + omega_b x (R_b c_k),   b = owner[k]
+
+    The unpadded counterpart of `member_positions` / `member_velocities` (clumps of any number of
+    members, no mask).
+
+    Args:
+        position: (n, 3) centres of mass, m; velocity: (n, 3) m/s; orientation: (n, 4) unit
+            quaternions, principal frame -> world; omega: (n, 3) world angular velocities, rad/s.
+        owner: (s,) int, body of each sphere.
+        offsets: (s, 3) sphere centres in their body's principal frame, relative to its centre, m.
+
+    Returns:
+        centres (s, 3) m and velocities (s, 3) m/s.
+    """
+    position = jnp.asarray(position)
+    owner = jnp.asarray(owner)
+    offsets = jnp.asarray(offsets)
+    _check_batch("offsets", offsets, (owner.shape[0], 3))
+    arms = quaternion.rotate(jnp.asarray(orientation)[owner], offsets)
+    centres = position[owner] + arms
+    velocities = jnp.asarray(velocity)[owner] + jnp.cross(jnp.asarray(omega)[owner], arms)
+    return centres, velocities

@@ -4,11 +4,18 @@ Host-side NumPy and validation only; nothing here is traced. Every bad value rai
 ``solver.config.ConfigError`` (one line naming the key), also a time step above the stability limit
 of the contact stiffness (``solver.body_step.stable_time_step``), with a suggested step.
 
-Cases (spheres only for now):
+Cases:
     projectile: one sphere launched under gravity, no contacts; the diagnostics compare the centre
         with the exact parabola x(t) = x0 + v0 t + g t^2 / 2 at the output steps.
     bounce: one sphere dropped from rest on the plane z = 0; the diagnostics give the first
         rebound height h1 and h1 / h0 against e^2 (the ratio of a point mass with restitution e).
+    tumbling: a torque-free asymmetric body spun near its intermediate axis.
+    incline: a sphere or a two-sphere clump released on an inclined plane with friction; rolling
+        or sliding acceleration against the rigid-body value.
+    cradle: a row of spheres hit by the first one (momentum transfer).
+    box_fill: spheres poured into an open box; settling, packing fraction, overlaps, escapes.
+Scenes with clumps become bodies in their principal frame plus sphere offsets in that frame
+(``initial_bodies``, ``principal_offsets``).
 """
 
 from __future__ import annotations
@@ -20,12 +27,13 @@ from dataclasses import dataclass, field
 import jax.numpy as jnp
 import numpy as np
 
-from kernels import quaternion, rigid_body
+from kernels import clump, quaternion, rigid_body
 from kernels.neighbor_search import CellGrid
 from kernels.rigid_body import Bodies
 from solver.body_step import BodySetup, stable_time_step
 from solver.config import (
     BounceConfig,
+    BoxFillConfig,
     ConfigError,
     CradleConfig,
     InclineConfig,
@@ -34,8 +42,15 @@ from solver.config import (
     RunConfig,
     TumblingConfig,
 )
-from solver.packings import check_overlaps
-from solver.scene import BodyArrays, PlaneArrays, Scene, rotation_matrices, scene_from_dict
+from solver.packings import check_overlaps, overlapping_pairs, random_spheres_in_box
+from solver.scene import (
+    BodyArrays,
+    BodySpec,
+    Material,
+    Scene,
+    rotation_matrices,
+    scene_from_dict,
+)
 
 PROJECTILE_STEPS = 1500  # steps of a projectile run with dt = null
 DT_FRACTION = 0.5  # dt = null: this fraction of the stable step
@@ -59,8 +74,8 @@ class BodyCase:
         diagnose: (times (T,) s, positions (T, n, 3) m at the output steps, series) -> case
             numbers; series holds per-step totals of steps 0..S-1 ("time" (S,) s, "kinetic",
             "potential" (S,) J, "momentum" (S, 3), "angular_momentum" (S, 3) about the origin,
-            "contacts" (S,)) and the state's "orientation" (T, n, 4) and "velocity" (T, n, 3) at
-            the output steps.
+            "contacts" (S,), optionally "elastic" (S,) J in the normal contact springs) and the
+            state's "orientation" (T, n, 4) and "velocity" (T, n, 3) at the output steps.
         info: case parameters for run.json.
     """
 
@@ -89,36 +104,61 @@ def build_body_case(config: RunConfig) -> BodyCase:
         return _incline(case)
     if isinstance(case, CradleConfig):
         return _cradle(case)
+    if isinstance(case, BoxFillConfig):
+        return _box_fill(case, config.seed)
+    if case.name == "scene":  # solver.body_scene_case imports this module, hence imported here
+        return __import__("solver.body_scene_case", fromlist=["_"]).build_scene_case(case)
     raise ConfigError(
         "case.name",
         case.name,
-        "a rigid-body case: projectile | bounce | tumbling | incline | cradle",
+        "a rigid-body case: projectile | bounce | tumbling | incline | cradle | box_fill",
     )
 
 
+def _principal_rotation(bodies: BodyArrays) -> tuple[np.ndarray, jnp.ndarray | None]:
+    """Principal moments (n, 3) kg m^2 and the rotation (n, 4) principal frame -> body frame;
+    None when every inertia is isotropic (then the given frames are kept)."""
+    inertia = bodies.inertia
+    moments = np.diagonal(inertia, axis1=1, axis2=2)
+    isotropic = np.allclose(inertia, moments[:, :, None] * np.eye(3), rtol=0, atol=0) and np.all(
+        moments == moments[:, :1]
+    )
+    if isotropic:
+        return moments, None
+    principal, rotation = rigid_body.principal_frame(jnp.asarray(inertia, jnp.float64))
+    return np.asarray(principal), rotation
+
+
+def principal_offsets(bodies: BodyArrays) -> np.ndarray:
+    """(m, 3) m, the member spheres' offsets in their body's principal frame (the frame of
+    ``initial_bodies``): R^T d with R the rotation principal frame -> body frame."""
+    _, rotation = _principal_rotation(bodies)
+    if rotation is None:
+        return np.array(bodies.member_offset, dtype=float)
+    turned = quaternion.rotate_inverse(
+        rotation[bodies.member_body], jnp.asarray(bodies.member_offset, jnp.float64)
+    )
+    return np.asarray(turned, dtype=float)
+
+
 def initial_bodies(bodies: BodyArrays) -> Bodies:
-    """Bodies (float64) of the spheres of a scene.
+    """Bodies (float64) of the spheres and clumps of a scene.
 
     An isotropic inertia keeps the orientation as given (any frame is principal). A full tensor
     (given in the body's own frame) is diagonalised by ``kernels.rigid_body.principal_frame``: the
     state's orientation becomes orientation * rotation and its inverse_inertia the inverse
     principal moments (ascending), so axis 1 of the state's frame is the intermediate axis. The
-    world angular momentum is L = R I R^T omega with R the given orientation.
+    world angular momentum is L = R I R^T omega with R the given orientation. Clump member offsets
+    in that frame: ``principal_offsets``.
     """
-    inertia = bodies.inertia
-    moments = np.diagonal(inertia, axis1=1, axis2=2)
     orientation = np.asarray(bodies.orientation, dtype=float)
-    isotropic = np.allclose(inertia, moments[:, :, None] * np.eye(3), rtol=0, atol=0) and np.all(
-        moments == moments[:, :1]
-    )
-    if not isotropic:
-        principal, rotation = rigid_body.principal_frame(jnp.asarray(inertia, jnp.float64))
-        moments = np.asarray(principal)
+    moments, rotation = _principal_rotation(bodies)
+    if rotation is not None:
         orientation = np.asarray(
             quaternion.multiply(jnp.asarray(orientation), rotation), dtype=float
         )
     world = rotation_matrices(np.asarray(bodies.orientation, dtype=float))
-    world_inertia = world @ inertia @ np.swapaxes(world, 1, 2)
+    world_inertia = world @ bodies.inertia @ np.swapaxes(world, 1, 2)
     angular_momentum = np.einsum("nij,nj->ni", world_inertia, bodies.angular_velocity)
     inverse_mass = np.where(bodies.fixed, 0.0, 1.0 / bodies.mass)
     inverse_inertia = np.where(bodies.fixed[:, None], 0.0, 1.0 / moments)
@@ -143,43 +183,44 @@ def setup_from_scene(
     contact_model: str = "hertz",
     stiffness: float | None = None,
 ) -> BodySetup:
-    """The BodySetup of a scene of spheres and planes; per-body and per-plane material values.
+    """The BodySetup of a scene of spheres, clumps and planes (``scene.arrays()``).
 
-    ``stiffness`` (N/m) is the linear model's spring of every sphere; planes are given the same
-    spring, so a sphere-plane pair gets k/2 (the series spring).
+    Material values per contact sphere (a clump's members take the clump's material) and per
+    plane; clump members get their offsets in the body's principal frame (``principal_offsets``),
+    matching ``initial_bodies``. ``stiffness`` (N/m) is the linear model's spring of every sphere;
+    planes are given the same spring, so a sphere-plane pair gets k/2 (the series spring).
     """
     bodies, planes = scene.arrays()
-    if bodies.member_body.size != bodies.position.shape[0]:
-        raise ValueError("only spheres are supported by the body cases yet (no clumps)")
     names = bodies.material_names
+    sphere_material = bodies.material[bodies.member_body]
 
-    def column(arrays: BodyArrays | PlaneArrays, attr: str) -> np.ndarray:
-        return np.array(
-            [getattr(scene.materials[names[m]], attr) for m in arrays.material], dtype=float
-        )
+    def column(materials: np.ndarray, attr: str) -> np.ndarray:
+        return np.array([getattr(scene.materials[names[m]], attr) for m in materials], dtype=float)
 
     linear = contact_model == "linear"
     return BodySetup(
         radius=bodies.member_radius,
-        young=column(bodies, "young"),
-        poisson=column(bodies, "poisson"),
-        restitution=column(bodies, "restitution"),
-        friction=column(bodies, "friction"),
-        rolling_friction=column(bodies, "rolling_friction"),
+        young=column(sphere_material, "young"),
+        poisson=column(sphere_material, "poisson"),
+        restitution=column(sphere_material, "restitution"),
+        friction=column(sphere_material, "friction"),
+        rolling_friction=column(sphere_material, "rolling_friction"),
         grid=grid,
         dt=dt,
         skin=skin,
         gravity=gravity,
         contact_model=contact_model,
-        stiffness=np.full(bodies.mass.shape, stiffness) if linear else None,
+        stiffness=np.full(bodies.member_radius.shape, stiffness) if linear else None,
         plane_point=planes.point,
         plane_normal=planes.normal,
-        plane_young=column(planes, "young"),
-        plane_poisson=column(planes, "poisson"),
-        plane_restitution=column(planes, "restitution"),
-        plane_friction=column(planes, "friction"),
-        plane_rolling_friction=column(planes, "rolling_friction"),
+        plane_young=column(planes.material, "young"),
+        plane_poisson=column(planes.material, "poisson"),
+        plane_restitution=column(planes.material, "restitution"),
+        plane_friction=column(planes.material, "friction"),
+        plane_rolling_friction=column(planes.material, "rolling_friction"),
         plane_stiffness=np.full(planes.material.shape, stiffness) if linear else None,
+        member_body=bodies.member_body,
+        member_offset=principal_offsets(bodies),
     )
 
 
@@ -218,6 +259,13 @@ def _contact_dt(dt: float | None, stable: float, contact_model: str) -> float:
 
 def _steps(duration: float, dt: float) -> int:
     return max(1, round(duration / dt))
+
+
+def _moments(bodies: Bodies) -> np.ndarray:
+    """(n, 3) kg m^2, principal moments of the bodies (inf where a body does not turn)."""
+    inverse = np.asarray(bodies.inverse_inertia)
+    with np.errstate(divide="ignore"):
+        return np.where(inverse > 0, 1.0 / inverse, np.inf)
 
 
 # --- projectile ----------------------------------------------------------------------------------
@@ -482,13 +530,41 @@ def _tumbling(case: TumblingConfig) -> BodyCase:
 # --- incline -------------------------------------------------------------------------------------
 
 
-def incline_acceleration(angle_deg: float, friction: float, gravity: float) -> tuple[float, str]:
-    """Analytic acceleration (m/s^2) of a solid sphere released on an incline, and the regime:
-    (5/7) g sin a while tan a <= (7/2) mu (rolling), else g (sin a - mu cos a) (sliding)."""
+def incline_acceleration(
+    angle_deg: float, friction: float, gravity: float, inertia_ratio: float = 0.4
+) -> tuple[float, str]:
+    """Analytic acceleration (m/s^2) of a rigid body released on an incline, and the regime.
+
+    For a body rolling on circles of radius r about a horizontal axis through its centre of mass,
+    with moment I about that axis and k = I / (m r^2) (2/5 for a solid sphere):
+    g sin a / (1 + k) while tan a <= mu (1 + 1/k) (rolling: the friction needed,
+    m g sin a / (1 + 1/k), stays within mu m g cos a), else g (sin a - mu cos a) (sliding).
+    """
     a = math.radians(angle_deg)
-    if math.tan(a) <= 3.5 * friction:
-        return 5.0 / 7.0 * gravity * math.sin(a), "rolling"
+    if math.tan(a) <= friction * (1.0 + 1.0 / inertia_ratio):
+        return gravity * math.sin(a) / (1.0 + inertia_ratio), "rolling"
     return gravity * (math.sin(a) - friction * math.cos(a)), "sliding"
+
+
+def _incline_body(case: InclineConfig) -> tuple[dict, float, float, int]:
+    """The body mapping (without position), its mass (kg), I about the rolling axis y (kg m^2)
+    and the number of spheres that touch the plane."""
+    m, r = case.material, case.radius
+    if case.shape == "sphere":
+        mass = m.density * 4.0 / 3.0 * math.pi * r**3
+        return {"shape": "sphere", "material": "ball", "radius": r}, mass, 0.4 * mass * r**2, 1
+    half = case.clump_separation * r  # centres 2 r * separation apart, along y
+    offsets = np.array([[0.0, -half, 0.0], [0.0, half, 0.0]])
+    mass, centre, inertia = clump.clump_mass_properties([r, r], offsets, m.density)
+    offsets = offsets - centre  # zero up to round-off (symmetric), exact for the scene's check
+    body = {
+        "shape": "clump",
+        "material": "ball",
+        "spheres": [{"radius": r, "offset": o.tolist()} for o in offsets],
+        "mass": mass,
+        "inertia": inertia.tolist(),
+    }
+    return body, mass, float(inertia[1, 1]), 2
 
 
 def _incline(case: InclineConfig) -> BodyCase:
@@ -496,14 +572,13 @@ def _incline(case: InclineConfig) -> BodyCase:
     a = math.radians(case.angle)
     normal = np.array([math.sin(a), 0.0, math.cos(a)])
     downhill = np.array([math.cos(a), 0.0, -math.sin(a)])
-    mass = m.density * 4.0 / 3.0 * math.pi * r**3
+    body, mass, rolling_moment, touching = _incline_body(case)
+    load = mass * case.gravity * math.cos(a) / touching  # N on each sphere at rest
     if case.contact_model == "hertz":
         e_star = m.young / (2.0 * (1.0 - m.poisson**2))  # sphere on a plane of the same material
-        overlap = (mass * case.gravity * math.cos(a) / (4.0 / 3.0 * e_star * math.sqrt(r))) ** (
-            2.0 / 3.0
-        )
+        overlap = (load / (4.0 / 3.0 * e_star * math.sqrt(r))) ** (2.0 / 3.0)
     else:  # sphere and plane springs in series
-        overlap = mass * case.gravity * math.cos(a) / (0.5 * case.stiffness)
+        overlap = load / (0.5 * case.stiffness)
     x0 = (r - overlap) * normal
     scene = scene_from_dict(
         {
@@ -515,33 +590,41 @@ def _incline(case: InclineConfig) -> BodyCase:
                     "point": [0, 0, 0],
                     "normal": normal.tolist(),
                 },
-                {"shape": "sphere", "material": "ball", "radius": r, "position": x0.tolist()},
+                body | {"position": x0.tolist()},
             ],
         },
         key_prefix="case",
     )
     check_overlaps(scene, tolerance=1.01 * overlap / r, key_prefix="case")
     gravity = (0.0, 0.0, -case.gravity)
-    expected, regime = incline_acceleration(case.angle, m.friction, case.gravity)
+    inertia_ratio = rolling_moment / (mass * r**2)
+    expected, regime = incline_acceleration(case.angle, m.friction, case.gravity, inertia_ratio)
     arrays, _ = scene.arrays()
+    bodies = initial_bodies(arrays)
     top_speed = case.gravity * math.sin(a) * case.duration  # bounds the speed along the slope
+    width = float(np.max(np.abs(arrays.member_offset[:, 1])))  # a clump's reach along y
 
     def setup_for(dt: float) -> BodySetup:
         skin = 2.0 * top_speed * dt
         travel = 0.5 * top_speed * case.duration
         ends = np.array([x0, x0 + travel * downhill])
-        margin = 2.0 * r + skin
+        margin = 2.0 * r + skin + width
         grid = _grid(ends.min(0) - margin, ends.max(0) + margin, r, skin)
         return setup_from_scene(scene, grid, dt, skin, gravity, case.contact_model, case.stiffness)
 
-    stable = stable_time_step(setup_for(1e-300), arrays.mass)
+    stable = stable_time_step(setup_for(1e-300), arrays.mass, _moments(bodies))
     dt = _contact_dt(case.dt, stable, case.contact_model)
     setup = setup_for(dt)
 
     def diagnose(times: np.ndarray, positions: np.ndarray, series: dict) -> dict:
         along = (positions[:, 0, :] - x0) @ downhill
         late = times >= 0.5 * times[-1]
-        out: dict = {"regime": regime, "analytic_acceleration_m_s2": expected}
+        out: dict = {
+            "shape": case.shape,
+            "regime": regime,
+            "analytic_acceleration_m_s2": expected,
+            "inertia_ratio": inertia_ratio,
+        }
         if np.count_nonzero(late) < 3:
             return out | {"measured_acceleration_m_s2": None, "note": "too few outputs"}
         measured = 2.0 * float(np.polyfit(times[late], along[late], 2)[0])
@@ -552,6 +635,7 @@ def _incline(case: InclineConfig) -> BodyCase:
             if expected
             else measured,
             "normal_offset_max_m": float(np.max(np.abs(height))),
+            "lateral_offset_max_m": float(np.max(np.abs(positions[:, 0, 1] - x0[1]))),
             "distance_m": float(along[-1]),
             "initial_overlap_m": overlap,
         }
@@ -560,13 +644,19 @@ def _incline(case: InclineConfig) -> BodyCase:
         name=case.name,
         scene=scene,
         setup=setup,
-        bodies=initial_bodies(arrays),
+        bodies=bodies,
         mass=arrays.mass,
         default_steps=_steps(case.duration, dt),
         output_every=case.output_every,
         stable_dt=stable,
         diagnose=diagnose,
-        info={"angle_deg": case.angle, "friction": m.friction, "regime": regime},
+        info={
+            "angle_deg": case.angle,
+            "friction": m.friction,
+            "regime": regime,
+            "shape": case.shape,
+            "clump_separation": case.clump_separation if case.shape == "clump" else None,
+        },
     )
 
 
@@ -632,4 +722,167 @@ def _cradle(case: CradleConfig) -> BodyCase:
         stable_dt=stable,
         diagnose=diagnose,
         info={"count": n, "speed_m_s": v0, "restitution": m.restitution},
+    )
+
+
+# --- box_fill ------------------------------------------------------------------------------------
+
+KEPLER_DENSITY = math.pi / math.sqrt(18.0)  # densest packing of equal spheres (Hales 2005)
+OVERLAP_ALLOWANCE = 0.1  # overlap (fraction of the radius) the buffers are sized to tolerate
+
+
+def packing_buffers(cell: float, reach: float, r_min: float) -> tuple[int, int]:
+    """Cell capacity and partners per sphere for a bed of spheres of radius >= r_min (host side).
+
+    At the densest packing (KEPLER_DENSITY) spheres of diameter d = 2 r_min (1 -
+    OVERLAP_ALLOWANCE) put on average KEPLER_DENSITY V / (pi d^3 / 6) centres in a volume V.
+    Capacity: twice that for a cell of edge ``cell`` (m), for the fluctuations of a random bed,
+    and at least (floor(cell / d) + 1)^3, the centres of a simple cubic lattice of spacing d in
+    the cell. Partners: every centre within ``reach`` (m, 2 r_max + skin) of a sphere's, the ball
+    of that radius, less the sphere itself, and at least 12, the kissing number of equal spheres
+    (Schuette & van der Waerden 1953); the table holds only partners j > i, about half of them.
+    The default box_fill (200 spheres) gets 8 and 16 and needs at most 4 and 9 (measured with 300
+    spheres); a denser or more polydisperse bed that needs more is reported by the step (never
+    dropped silently) and stops the run.
+    """
+    d = 2.0 * r_min * (1.0 - OVERLAP_ALLOWANCE)
+    per_volume = KEPLER_DENSITY / (math.pi / 6.0 * d**3)
+    capacity = max(math.ceil(2.0 * per_volume * cell**3), (math.floor(cell / d) + 1) ** 3)
+    partners = max(math.ceil(per_volume * 4.0 / 3.0 * math.pi * reach**3) - 1, 12)
+    return capacity, partners
+
+
+def _packing_fraction(centres: np.ndarray, radii: np.ndarray, area: float) -> float | None:
+    """Solid fraction of the bed between z = 2 r_max and its top minus 2 r_max (m^3 / m^3).
+
+    The slab leaves out the layering at the floor and the loose surface; each sphere counts with
+    its exact volume inside the slab (spherical caps: pi h^2 (3 r - h) / 3 below a height h above
+    its lowest point). None when the bed is thinner than 4 r_max.
+    """
+    r_max = float(radii.max())
+    low, high = 2.0 * r_max, float(np.max(centres[:, 2] + radii)) - 2.0 * r_max
+    if high <= low:
+        return None
+
+    def below(z: float) -> np.ndarray:
+        h = np.clip(z - (centres[:, 2] - radii), 0.0, 2.0 * radii)
+        return math.pi * h**2 * (3.0 * radii - h) / 3.0
+
+    return float(np.sum(below(high) - below(low)) / (area * (high - low)))
+
+
+def _box_fill(case: BoxFillConfig, seed: int) -> BodyCase:
+    m, r = case.material, case.radius
+    r_min, r_max = r * (1.0 - case.radius_spread), r * (1.0 + case.radius_spread)
+    size = np.asarray(case.box, dtype=float)
+    material = Material("grain", m.young, m.poisson, m.density, m.restitution, m.friction)
+    keys = {"n": "case.count", "radius": "case.radius", "box_upper": "case.box"}
+    try:
+        packing = random_spheres_in_box(
+            case.count,
+            r if r_min == r_max else (r_min, r_max),
+            (0.0, 0.0, case.fill_from * size[2]),
+            size,
+            material,
+            seed=seed,
+            key_prefix="case",
+        )
+    except ConfigError as error:  # name this case's keys, not the generator's
+        key = keys.get(error.key.rsplit(".", 1)[-1], error.key)
+        hint = error.hint or ""
+        if key == "case.box":
+            hint = f"the fill region is box[2] * (1 - fill_from) tall; {hint}".rstrip("; ")
+        raise ConfigError(key, getattr(case, key[5:]), error.allowed, hint) from None
+    walls = [
+        ((0.0, 0.0, 0.0), (0.0, 0.0, 1.0)),  # floor
+        ((0.0, 0.0, 0.0), (1.0, 0.0, 0.0)),
+        ((size[0], 0.0, 0.0), (-1.0, 0.0, 0.0)),
+        ((0.0, 0.0, 0.0), (0.0, 1.0, 0.0)),
+        ((0.0, size[1], 0.0), (0.0, -1.0, 0.0)),
+    ]
+    planes = [
+        BodySpec("plane", material.name, point=np.array(p), normal=np.array(nrm))
+        for p, nrm in walls
+    ]
+    scene = Scene(packing.materials, planes + packing.bodies)
+    check_overlaps(scene, key_prefix="case")
+    arrays, _ = scene.arrays()
+    bodies = initial_bodies(arrays)
+    radii = arrays.member_radius
+    total_mass = float(arrays.mass.sum())
+    # energy bound: no sphere falls further than the box is tall; x2 for momentum passed on in
+    # collisions, x2 for a pair approaching head-on
+    top_speed = math.sqrt(2.0 * case.gravity * size[2])
+
+    def setup_for(dt: float) -> BodySetup:
+        skin = 4.0 * top_speed * dt
+        margin = 2.0 * r_max + skin
+        reach = 2.0 * r_max + skin
+        cell = max(reach, float(size.max() + 2.0 * margin) / MAX_CELLS_PER_AXIS)
+        capacity, partners = packing_buffers(cell, reach, r_min)
+        grid = CellGrid.covering(-margin * np.ones(3), size + margin, cell, capacity, partners)
+        return setup_from_scene(
+            scene, grid, dt, skin, (0.0, 0.0, -case.gravity), case.contact_model, case.stiffness
+        )
+
+    stable = stable_time_step(setup_for(1e-300), arrays.mass, _moments(bodies))
+    dt = _contact_dt(case.dt, stable, case.contact_model)
+    setup = setup_for(dt)
+    area = float(size[0] * size[1])
+
+    def diagnose(times: np.ndarray, positions: np.ndarray, series: dict) -> dict:
+        final = positions[-1]
+        inside = np.all((positions >= 0.0) & (positions <= size), axis=2)  # (T, n)
+        kinetic = np.asarray(series["kinetic"])
+        potential = np.asarray(series["potential"])
+        elastic = series.get("elastic")
+        total = kinetic + potential + (0.0 if elastic is None else np.asarray(elastic))
+        released = float(potential[0] - potential[-1])
+        i, j, overlap = overlapping_pairs(final, radii, np.arange(radii.size))
+        pair_overlap = overlap / np.minimum(radii[i], radii[j]) if overlap.size else np.zeros(1)
+        wall_overlap = [
+            (radii - (final - np.asarray(p)) @ np.asarray(nrm)) / radii for p, nrm in walls
+        ]
+        rise = np.diff(total)
+        regained = total - np.minimum.accumulate(total)  # energy back above its lowest so far
+        return {
+            "spheres": int(radii.size),
+            "escaped": int(np.count_nonzero(~inside[-1])),
+            "escaped_any_output": int(np.count_nonzero(~np.all(inside, axis=0))),
+            "kinetic_final_J": float(kinetic[-1]),
+            "potential_released_J": released,
+            "kinetic_over_released": float(kinetic[-1] / released) if released > 0 else None,
+            "kinetic_over_mgr": float(kinetic[-1] / (total_mass * case.gravity * r)),
+            "packing_fraction": _packing_fraction(final[inside[-1]], radii[inside[-1]], area),
+            "bed_height_m": float(np.max(final[:, 2] + radii)),
+            "overlap_max_relative": float(max(pair_overlap.max(), np.max(wall_overlap), 0.0)),
+            "contacts_per_body": float(np.asarray(series["contacts"])[-1] / radii.size),
+            "energy_series": "kinetic+potential" + ("" if elastic is None else "+elastic"),
+            "energy_rise_max_J": float(max(rise.max(), 0.0)) if rise.size else 0.0,
+            "energy_rise_max_over_released": float(max(rise.max(), 0.0) / released)
+            if rise.size and released > 0
+            else None,
+            "energy_regained_max_over_released": float(regained.max() / released)
+            if released > 0
+            else None,
+        }
+
+    return BodyCase(
+        name=case.name,
+        scene=scene,
+        setup=setup,
+        bodies=bodies,
+        mass=arrays.mass,
+        default_steps=_steps(case.duration, dt),
+        output_every=case.output_every,
+        stable_dt=stable,
+        diagnose=diagnose,
+        info={
+            "count": case.count,
+            "radius_m": [r_min, r_max],
+            "box_m": size.tolist(),
+            "grid_capacity": setup.grid.capacity,
+            "grid_max_neighbors": setup.grid.max_neighbors,
+            "seed": seed,
+        },
     )

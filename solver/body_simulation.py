@@ -5,7 +5,10 @@ jitted with the step count static), cut so that every output step is a chunk end
 the host appends the per-step energies to energies.csv, writes bodies.h5 at output steps, reports
 progress and checks the neighbour-search buffers: an overflow stops the run with run.json status
 "overflow" and ``BodyOverflowError`` (the app's exit code 4). Bodies run in float64 (the app
-switches JAX's x64 mode on); checkpoints are not written for body cases yet.
+switches JAX's x64 mode on); checkpoints are not written for body cases yet. Bodies found outside
+the cell grid between chunks are logged once and listed in run.json's "left_grid" (the neighbour
+search clamps them into its edge cells). With ``bodies.ensemble.size > 1`` (or a sweep) the run is
+an ensemble instead (solver.body_ensemble, docs/ensembles.md).
 
 Files (see docs/output.md):
     bodies.h5      radius and mass at the root; one group ``step_<8 digits>`` per output step with
@@ -33,6 +36,7 @@ import numpy as np
 
 from kernels import rigid_body
 from solver.body_cases import BodyCase, build_body_case
+from solver.body_scene_case import bodies_outside
 from solver.body_step import (
     BodyDiagnostics,
     diagnostics,
@@ -60,6 +64,7 @@ ENERGY_COLUMNS = (
     "angular_momentum_y",
     "angular_momentum_z",
     "contacts",
+    "elastic_J",
 )
 
 
@@ -176,7 +181,7 @@ class BodyWriter:
 
 
 def _energy_rows(first_step: int, dt: float, diag: BodyDiagnostics) -> np.ndarray:
-    """(S, 12) rows of energies.csv for S consecutive steps starting at first_step."""
+    """(S, 13) rows of energies.csv for S consecutive steps starting at first_step."""
     kinetic = np.atleast_1d(np.asarray(diag.kinetic_energy, dtype=np.float64))
     potential = np.atleast_1d(np.asarray(diag.potential_energy, dtype=np.float64))
     steps = first_step + np.arange(kinetic.size)
@@ -190,6 +195,7 @@ def _energy_rows(first_step: int, dt: float, diag: BodyDiagnostics) -> np.ndarra
             np.asarray(diag.momentum, dtype=np.float64).reshape(-1, 3),
             np.asarray(diag.angular_momentum, dtype=np.float64).reshape(-1, 3),
             np.atleast_1d(np.asarray(diag.contacts, dtype=np.float64)),
+            np.broadcast_to(np.asarray(diag.elastic_energy, dtype=np.float64), kinetic.shape),
         ]
     )
 
@@ -203,6 +209,10 @@ def simulate_bodies(
         ConfigError: from building the case (before anything is traced or written).
         BodyOverflowError: a neighbour-search buffer overflowed, after writing run.json.
     """
+    if config.bodies.ensemble.enabled:
+        from solver.body_ensemble import simulate_ensemble
+
+        return simulate_ensemble(config, output_dir, interactive)
     t_start = time.perf_counter()
     output_dir = Path(output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
@@ -212,9 +222,10 @@ def simulate_bodies(
     total = config.steps if config.steps is not None else case.default_steps
     outputs_at = output_steps(total, case.output_every, config.chunk)
     log.info(
-        "%s: %d sphere(s), %d plane(s), %s contact, dt = %.4g s%s, %d steps",
+        "%s: %d body(ies) of %d sphere(s), %d plane(s), %s contact, dt = %.4g s%s, %d steps",
         case.name,
         setup.n_bodies,
+        setup.n_spheres,
         setup.n_planes,
         setup.contact_model,
         dt,
@@ -229,7 +240,7 @@ def simulate_bodies(
 
     writer = BodyWriter(
         output_dir,
-        setup.radius,
+        setup.bounding_radius,
         case.mass,
         {"case": case.name, "dt_s": dt, "contact_model": setup.contact_model},
     )
@@ -242,8 +253,8 @@ def simulate_bodies(
         with energies_path.open("a") as f:
             for row in block:
                 f.write(f"{int(row[0])},{row[1]:.12g},")
-                f.write(",".join(f"{v:.12g}" for v in row[2:-1]))
-                f.write(f",{int(row[-1])}\n")
+                f.write(",".join(f"{v:.12g}" for v in row[2:11]))
+                f.write(f",{int(row[11])},{row[12]:.12g}\n")
 
     def write_output(step: int) -> None:
         bodies = state.bodies
@@ -269,6 +280,22 @@ def simulate_bodies(
         "run_json": str(output_dir / "run.json"),
     }
     timing = {"compile_s": 0.0, "run_s": 0.0}
+    left_grid: dict = {}
+
+    def check_grid(step: int) -> None:
+        """Bodies outside the cell grid are clamped into its edge cells, not lost: say so once."""
+        if left_grid:
+            return
+        outside = bodies_outside(setup.grid, np.asarray(state.bodies.position))
+        if outside.size:
+            left_grid.update(step=step, bodies=outside[:10].tolist(), count=int(outside.size))
+            log.warning(
+                "%d body(ies) left the cell grid by step %d (first %s); they are clamped into its "
+                "edge cells",
+                outside.size,
+                step,
+                outside[:10].tolist(),
+            )
 
     def summary(status: str, done: int) -> dict:
         table = np.concatenate(rows)
@@ -281,7 +308,8 @@ def simulate_bodies(
             "potential": table[:, 3],
             "momentum": table[:, 5:8],
             "angular_momentum": table[:, 8:11],
-            "contacts": table[:, -1],
+            "contacts": table[:, 11],
+            "elastic": table[:, 12],
             "orientation": np.array(orientations),
             "velocity": np.array(velocities),
         }
@@ -315,6 +343,7 @@ def simulate_bodies(
             "angular_momentum": {"first_kg_m2_s": first[8:11], "last_kg_m2_s": last[8:11]},
             "diagnostics": diag,
             "info": case.info,
+            "left_grid": left_grid or None,
             "outputs": outputs,
             "config": config.resolved,
         }
@@ -336,6 +365,7 @@ def simulate_bodies(
             block = _energy_rows(done - n + 1, dt, diag)
             rows.append(block)
             append_energies(block)
+            check_grid(done)
             message = overflow_message(setup, state)
             if message is not None:
                 write_output(done)
@@ -353,7 +383,11 @@ def simulate_bodies(
 
 
 def summary_lines(summary: dict) -> list[str]:
-    """The short end-of-run summary of a body case."""
+    """The short end-of-run summary of a body case (or of an ensemble)."""
+    if "ensemble" in summary:
+        from solver.body_ensemble import summary_lines as ensemble_lines
+
+        return ensemble_lines(summary)
     energy = summary["energy"]
     lines = [
         f"case {summary['case']}: {summary['bodies']} sphere(s), {summary['planes']} plane(s), "

@@ -10,8 +10,16 @@ A chunk of n steps is one ``lax.scan``; the state between chunks holds the force
 the last step, the neighbour table and the tangential histories that belong to it, and sticky
 overflow diagnostics that the host reads between chunks (``overflow_message``).
 
-Spheres only for now: clumps (rigid sets of spheres) will add a sphere -> body map and sum the
-sphere forces and torques onto their body before the kick.
+Clumps: n rigid bodies carry s >= n contact spheres (``BodySetup.member_body``, offsets in the
+body's principal frame). Each force evaluation places the spheres from their body's pose
+(x_b + R(q_b) d, v_b + w_b x R(q_b) d, ``kernels.clump.sphere_kinematics``), searches neighbours
+and evaluates contacts over spheres (pairs of spheres of one body are masked out), and sums the
+sphere forces onto their body with the torque about the body's centre,
+    tau_b = sum_k (c_k - x_b) x f_k + rolling torques,   c_k the contact point,
+which equals sum_k (r_k - x_b) x f_k plus the torque of f_k about the sphere centre r_k. Pair
+tables and tangential histories are per sphere; the effective mass of a pair is that of the two
+bodies, m* = 1/(1/m_a + 1/m_b). A scene of plain spheres (each sphere its own body, zero offset)
+takes the original spheres-only path, operation for operation.
 """
 
 from __future__ import annotations
@@ -27,8 +35,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax import Array, lax
 
+from kernels import clump, rigid_body
 from kernels import contact_models as cm
-from kernels import rigid_body
 from kernels.contact import accumulate, sphere_plane, sphere_sphere
 from kernels.neighbor_search import CellGrid, bin_bodies, neighbor_pairs, pair_list
 from kernels.rigid_body import Bodies
@@ -51,24 +59,32 @@ def _per_item(name: str, values, count: int) -> np.ndarray:
 
 @dataclass(frozen=True, eq=False)
 class BodySetup:
-    """Everything static about a scene of n spheres and p planes, SI units (host-side NumPy).
+    """Everything static about a scene of n rigid bodies made of s >= n contact spheres and p
+    planes, SI units (host-side NumPy).
 
     Hashable by identity (``eq=False``), so it can be closed over or passed as a static argument.
+    A plain sphere is a body with one sphere at offset 0; that is the default (``member_body`` and
+    ``member_offset`` None), so a spheres-only scene lists its radii and materials per body.
 
     Attributes:
-        radius: (n,) m.
-        young, poisson, restitution, friction, rolling_friction: (n,) per body; Pa, -, -, -, -.
+        radius: (s,) m, per contact sphere.
+        young, poisson, restitution, friction, rolling_friction: (s,) per sphere; Pa, -, -, -, -.
         plane_point: (p, 3) m, a point of each plane; plane_normal: (p, 3) unit, towards the side
             the spheres are on; plane_velocity: (p, 3) m/s (planes translate, they do not turn).
         plane_young, plane_poisson, plane_restitution, plane_friction, plane_rolling_friction:
             (p,) per plane; ``plane_young = inf`` makes a rigid wall.
         contact_model: "hertz" (Hertz-Mindlin) or "linear" (spring-dashpot).
-        stiffness: (n,) N/m per body, linear model only; a pair gets the series spring
+        stiffness: (s,) N/m per sphere, linear model only; a pair gets the series spring
             k = 1/(1/k_i + 1/k_j). plane_stiffness: (p,) N/m, inf for a rigid plane.
         gravity: (3,) m/s^2.
         dt: time step, s.
-        grid: the cell list; its cell size must be >= 2 max(radius) + skin.
-        skin: extra search distance, m, >= the largest relative motion of a pair in one step.
+        grid: the cell list over the spheres; its cell size must be >= 2 max(radius) + skin.
+        skin: extra search distance, m, >= the largest relative motion of two sphere centres in
+            one step (for clumps including the rotation, |omega| |offset|).
+        member_body: (s,) int, the body of each sphere; every body 0..n-1 owns at least one.
+            None: sphere k is body k.
+        member_offset: (s, 3) m, each sphere's centre in its body's principal frame, relative to
+            the centre of mass. None: zeros.
     """
 
     radius: np.ndarray
@@ -92,14 +108,31 @@ class BodySetup:
     plane_friction: np.ndarray | None = None
     plane_rolling_friction: np.ndarray | None = None
     plane_stiffness: np.ndarray | None = None
+    member_body: np.ndarray | None = None
+    member_offset: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__
         radius = np.asarray(self.radius, dtype=np.float64)
         if radius.ndim != 1 or radius.size == 0 or not np.all(radius > 0):
-            raise ValueError(f"BodySetup.radius must be (n,) with n >= 1 and > 0, got {radius}")
+            raise ValueError(f"BodySetup.radius must be (s,) with s >= 1 and > 0, got {radius}")
         n = radius.size
         set_(self, "radius", radius)
+        owner = np.arange(n) if self.member_body is None else np.asarray(self.member_body)
+        if owner.shape != (n,) or owner.dtype.kind not in "iu" or owner.min() < 0:
+            raise ValueError(f"BodySetup.member_body must be ({n},) non-negative integers, got "
+                             f"{owner}")  # fmt: skip
+        owned = np.bincount(owner)
+        if not np.all(owned > 0):
+            raise ValueError(f"BodySetup.member_body: body {int(np.argmin(owned))} has no sphere "
+                             f"(bodies 0..{owned.size - 1} each need one)")  # fmt: skip
+        set_(self, "member_body", owner.astype(np.int64))
+        offset = np.zeros((n, 3)) if self.member_offset is None else self.member_offset
+        offset = np.asarray(offset, dtype=np.float64)
+        if offset.shape != (n, 3) or not np.all(np.isfinite(offset)):
+            raise ValueError(f"BodySetup.member_offset must be ({n}, 3) and finite, got shape "
+                             f"{offset.shape}")  # fmt: skip
+        set_(self, "member_offset", offset)
         for name in ("young", "poisson", "restitution", "friction", "rolling_friction"):
             set_(self, name, _per_item(name, getattr(self, name), n))
         if self.contact_model not in CONTACT_MODELS:
@@ -148,7 +181,30 @@ class BodySetup:
 
     @property
     def n_bodies(self) -> int:
+        """Rigid bodies n (a clump counts once)."""
+        return int(self.member_body.max()) + 1
+
+    @property
+    def n_spheres(self) -> int:
+        """Contact spheres s (clump members included)."""
         return int(self.radius.size)
+
+    @property
+    def spheres_only(self) -> bool:
+        """True when every sphere is its own body at offset 0 (the spheres-only fast path)."""
+        return self.n_spheres == self.n_bodies and bool(
+            np.array_equal(self.member_body, np.arange(self.n_spheres))
+            and not np.any(self.member_offset)
+        )
+
+    @property
+    def bounding_radius(self) -> np.ndarray:
+        """(n,) m, radius of the smallest sphere about each centre of mass that holds the body's
+        spheres: max_k |d_k| + r_k (the sphere radius for a plain sphere); what output shows."""
+        reach = np.linalg.norm(self.member_offset, axis=1) + self.radius
+        out = np.zeros(self.n_bodies)
+        np.maximum.at(out, self.member_body, reach)
+        return out
 
     @property
     def n_planes(self) -> int:
@@ -160,7 +216,7 @@ class BodySetup:
         def const(values) -> Array:
             return jnp.asarray(values, dtype=dtype)
 
-        stiffness = self.stiffness if self.stiffness is not None else np.zeros(self.n_bodies)
+        stiffness = self.stiffness if self.stiffness is not None else np.zeros(self.n_spheres)
         return ContactParams(
             young=const(self.young),
             poisson=const(self.poisson),
@@ -186,8 +242,8 @@ class Overflow(NamedTuple):
 
     overflowed: Array  # bool: some cell or row exceeded its capacity
     worst_cell: Array  # int32 flat cell index
-    worst_cell_count: Array  # int32 bodies in it (capacity needed)
-    worst_body: Array  # int32 body with most partners j > i
+    worst_cell_count: Array  # int32 spheres in it (capacity needed)
+    worst_body: Array  # int32 sphere with most partners j > i
     worst_body_count: Array  # int32 its partners (max_neighbors needed)
 
 
@@ -201,7 +257,7 @@ class ContactParams:
     sharing one compiled program (radius, grid, dt and the contact model stay static).
 
     Attributes:
-        young, poisson, restitution, friction, rolling_friction, stiffness: (n,) per sphere
+        young, poisson, restitution, friction, rolling_friction, stiffness: (s,) per sphere
             (stiffness N/m, linear model only; zeros otherwise).
         plane_point, plane_normal, plane_velocity: (p, 3).
         plane_young, plane_poisson, plane_restitution, plane_friction, plane_rolling_friction,
@@ -236,14 +292,17 @@ class BodyState:
     """Dynamic state of a scene (a pytree of arrays).
 
     Attributes:
-        bodies: the rigid bodies at ``time``.
+        bodies: the n rigid bodies at ``time``.
         force, torque: (n, 3) N and N m acting at ``time`` (what kernels.rigid_body.step expects).
-        partners: (n, K) int32, the pair table the histories belong to (rows ascending, -1 last).
-        history: (n, K, 3) m, tangential springs of the sphere-sphere pairs (i, partners[i, k]).
-        plane_history: (n, p, 3) m, tangential springs of the sphere-plane pairs.
-        contact_count: (n,) int32 active contacts of each body at ``time``.
+        partners: (s, K) int32, the sphere pair table the histories belong to (rows ascending,
+            -1 last).
+        history: (s, K, 3) m, tangential springs of the sphere-sphere pairs (i, partners[i, k]).
+        plane_history: (s, p, 3) m, tangential springs of the sphere-plane pairs.
+        contact_count: (n,) int32 active contacts of each body at ``time`` (over its spheres).
         time: int32 scalar, steps done.
         overflow: sticky Overflow over all steps so far (the worst counts seen).
+        elastic_energy: float scalar, J stored in the normal contact springs at ``time``
+            (`contact_forces`); zero by default for states built by hand.
     """
 
     bodies: Bodies
@@ -255,6 +314,7 @@ class BodyState:
     contact_count: Array
     time: Array
     overflow: Overflow
+    elastic_energy: Array = field(default_factory=lambda: jnp.zeros(()))
 
     def replace(self, **changes) -> BodyState:
         return dataclasses.replace(self, **changes)
@@ -263,13 +323,14 @@ class BodyState:
 class ContactResult(NamedTuple):
     """What `contact_forces` returns."""
 
-    force: Array  # (n, 3) N, contacts plus gravity
-    torque: Array  # (n, 3) N m about each centre
-    partners: Array  # (n, K) int32, the new pair table
-    history: Array  # (n, K, 3) m, springs of the new table
-    plane_history: Array  # (n, p, 3) m
-    contact_count: Array  # (n,) int32
+    force: Array  # (n, 3) N, contacts plus gravity, per body
+    torque: Array  # (n, 3) N m about each centre of mass
+    partners: Array  # (s, K) int32, the new sphere pair table
+    history: Array  # (s, K, 3) m, springs of the new table
+    plane_history: Array  # (s, p, 3) m
+    contact_count: Array  # (n,) int32, per body
     overflow: Overflow
+    elastic_energy: Array  # J in the normal springs of all contacts
 
 
 class BodyDiagnostics(NamedTuple):
@@ -280,6 +341,7 @@ class BodyDiagnostics(NamedTuple):
     momentum: Array  # (3,) kg m/s
     angular_momentum: Array  # (3,) kg m^2/s about the origin
     contacts: Array  # int32, sum of contact_count (a sphere-sphere pair counts twice)
+    elastic_energy: Array | float = 0.0  # J in the normal contact springs (BodyState's)
 
 
 def carry_history(old_partners: Array, old_history: Array, new_partners: Array) -> Array:
@@ -304,8 +366,17 @@ def _pair_laws(
     friction: Array,
     rolling: Array | None,
     history: Array,
-) -> tuple[Array, Array, Array]:
-    """Force on i (P, 3), rolling torque on i (P, 3) and new history (P, 3) of P contacts."""
+) -> tuple[Array, Array, Array, Array]:
+    """Force on i (P, 3), rolling torque on i (P, 3), new history (P, 3) and the elastic energy
+    (P,) J of P contacts.
+
+    The energy is what the normal spring holds: (8/15) E* sqrt(R*) delta^(5/2) (Hertz, the
+    integral of (4/3) E* sqrt(R*) delta^(3/2)) or k delta^2 / 2 (linear); zero for inactive pairs.
+    The tangential spring is left out: while slipping, its xi is set from the limited force less
+    the damper (kernels.contact_models.tangential_force), which is no stored energy, and k_t
+    follows the overlap (measured: counting k_t |xi|^2 / 2 made kinetic + potential + elastic
+    rise by 5e-3 of the released energy in one step of a box fill, against 1e-5 without it).
+    """
     active = geometry.active
     if setup.contact_model == "hertz":
         f_n = cm.normal_force_hertz(
@@ -313,6 +384,7 @@ def _pair_laws(
         )
         k_t = cm.mindlin_tangential_stiffness(G_star, R_star, geometry.overlap)
         eta_t = cm.hertz_damping(restitution, m_star, k_t)
+        normal_energy = 8.0 / 15.0 * E_star * jnp.sqrt(R_star) * geometry.overlap**2.5
     else:
         eta_n = cm.linear_damping(restitution, m_star, k_linear)
         f_n = cm.normal_force_linear(
@@ -320,6 +392,7 @@ def _pair_laws(
         )
         k_t = cm.linear_tangential_stiffness(k_linear)
         eta_t = cm.linear_damping(restitution, m_star, k_t)
+        normal_energy = 0.5 * k_linear * geometry.overlap**2
     f_t, history = cm.tangential_force(
         history, geometry.normal, geometry.tangential_velocity, f_n, k_t, eta_t, friction,
         setup.dt, active,
@@ -331,7 +404,8 @@ def _pair_laws(
         torque = cm.rolling_resistance_torque(
             geometry.relative_angular_velocity, geometry.normal, rolling, R_star, f_n, active
         )
-    return force, torque, history
+    # the select drops the k = inf of a rigid linear plane times a zero overlap (inf * 0)
+    return force, torque, history, jnp.where(active, normal_energy, 0.0)
 
 
 def _mass_inverse(bodies: Bodies) -> Array:
@@ -347,20 +421,21 @@ def contact_forces(
     plane_history: Array,
     params: ContactParams | None = None,
 ) -> ContactResult:
-    """Contact forces and gravity on the spheres, with a freshly built neighbour table.
+    """Contact forces and gravity on the bodies, with a freshly built sphere neighbour table.
 
     Args:
         bodies: the state at which forces act (n bodies).
-        partners: (n, K) int32 previous pair table; history: (n, K, 3) m its tangential springs;
-        plane_history: (n, p, 3) m.
+        partners: (s, K) int32 previous sphere pair table; history: (s, K, 3) m its tangential
+        springs; plane_history: (s, p, 3) m.
         params: material values, planes and gravity; None: ``setup.params()``.
 
     Returns:
-        ContactResult. Pairs that persist keep their spring (`carry_history`), new pairs start at
-        zero; sphere-plane pairs are every (body, plane) combination.
+        ContactResult, forces and torques per body. Pairs that persist keep their spring
+        (`carry_history`), new pairs start at zero; sphere-plane pairs are every (sphere, plane)
+        combination; two spheres of one body never interact.
     """
     grid = setup.grid
-    n, p = setup.n_bodies, setup.n_planes
+    n, s, p = setup.n_bodies, setup.n_spheres, setup.n_planes
     dtype = bodies.position.dtype
 
     def const(values):
@@ -377,23 +452,34 @@ def contact_forces(
     inverse_mass = _mass_inverse(bodies)
     omega = rigid_body.angular_velocity(bodies)
     x, v = bodies.position, bodies.velocity
-    everyone = jnp.ones((n,), bool)
+    if setup.spheres_only:
+        owner = None  # sphere k is body k: no gathers, the original arithmetic exactly
+        xs, vs, ws, inverse_mass_s = x, v, omega, inverse_mass
+    else:
+        owner = jnp.asarray(setup.member_body, jnp.int32)
+        xs, vs = clump.sphere_kinematics(
+            x, v, bodies.orientation, omega, owner, const(setup.member_offset)
+        )
+        ws, inverse_mass_s = omega[owner], inverse_mass[owner]
+    everyone = jnp.ones((s,), bool)
 
-    cells = bin_bodies(grid, x, everyone)
-    table = neighbor_pairs(grid, cells, x, radius, everyone, setup.skin)
+    cells = bin_bodies(grid, xs, everyone)
+    table = neighbor_pairs(grid, cells, xs, radius, everyone, setup.skin)
     history = carry_history(partners, history, table.partners)
     i, j, valid = pair_list(table)
+    if owner is not None:
+        valid = valid & (owner[i] != owner[jnp.where(valid, j, 0)])
     js = jnp.where(valid, j, 0)
     geometry = sphere_sphere(
-        x[i], radius[i], v[i], omega[i], x[js], radius[js], v[js], omega[js], valid
+        xs[i], radius[i], vs[i], ws[i], xs[js], radius[js], vs[js], ws[js], valid
     )
-    inverse_sum = inverse_mass[i] + inverse_mass[js]
+    inverse_sum = inverse_mass_s[i] + inverse_mass_s[js]
     m_star = 1.0 / jnp.where(inverse_sum > 0, inverse_sum, 1.0)
     k_linear = None
     if setup.contact_model == "linear":
         stiffness = params.stiffness
         k_linear = 1.0 / (1.0 / stiffness[i] + 1.0 / stiffness[js])
-    force_ij, roll_ij, new_history = _pair_laws(
+    force_ij, roll_ij, new_history, energy_ij = _pair_laws(
         setup,
         geometry,
         cm.effective_modulus(young[i], poisson[i], young[js], poisson[js]),
@@ -406,28 +492,33 @@ def contact_forces(
         cm.mixed_coefficient(rolling[i], rolling[js]) if use_rolling else None,
         history.reshape(-1, 3),
     )
+    # onto the bodies: accumulate's torque (c - x_b) x F about the body's centre of mass
+    body_i = i if owner is None else owner[i]
+    body_j = j if owner is None else jnp.where(valid, owner[js], -1)
     force, torque = accumulate(
-        n, i, j, force_ij, geometry.contact_point, x, roll_ij, -roll_ij, valid
+        n, body_i, body_j, force_ij, geometry.contact_point, x, roll_ij, -roll_ij, valid
     )
-    count = jnp.zeros((n,), jnp.int32).at[i].add(geometry.active.astype(jnp.int32))
-    count = count.at[js].add(geometry.active.astype(jnp.int32))
+    touching = geometry.active.astype(jnp.int32)
+    count = jnp.zeros((n,), jnp.int32).at[body_i].add(touching)
+    count = count.at[js if owner is None else owner[js]].add(touching)
+    elastic = jnp.sum(energy_ij)
 
     new_plane_history = plane_history
     if p:
-        b = jnp.repeat(jnp.arange(n, dtype=jnp.int32), p)  # (n p,) body of each sphere-plane pair
-        k = jnp.tile(jnp.arange(p, dtype=jnp.int32), n)  # its plane
-        all_valid = jnp.ones((n * p,), bool)
+        b = jnp.repeat(jnp.arange(s, dtype=jnp.int32), p)  # (s p,) sphere of each sphere-plane pair
+        k = jnp.tile(jnp.arange(p, dtype=jnp.int32), s)  # its plane
+        all_valid = jnp.ones((s * p,), bool)
         plane_geometry = sphere_plane(
-            x[b], radius[b], v[b], omega[b], params.plane_point[k],
+            xs[b], radius[b], vs[b], ws[b], params.plane_point[k],
             params.plane_normal[k], params.plane_velocity[k], all_valid,
         )  # fmt: skip
         plane_young, plane_poisson = params.plane_young, params.plane_poisson
         k_plane = None
         if setup.contact_model == "linear":
             k_plane = 1.0 / (1.0 / stiffness[b] + 1.0 / params.plane_stiffness[k])
-        inv = inverse_mass[b]
+        inv = inverse_mass_s[b]
         rolling_plane = params.plane_rolling_friction
-        force_bp, roll_bp, flat_history = _pair_laws(
+        force_bp, roll_bp, flat_history, energy_bp = _pair_laws(
             setup,
             plane_geometry,
             cm.effective_modulus(young[b], poisson[b], plane_young[k], plane_poisson[k]),
@@ -440,14 +531,18 @@ def contact_forces(
             cm.mixed_coefficient(rolling[b], rolling_plane[k]) if use_rolling else None,
             plane_history.reshape(-1, 3),
         )
-        no_plane = jnp.full((n * p,), -1, jnp.int32)
+        no_plane = jnp.full((s * p,), -1, jnp.int32)
         f_plane, t_plane = accumulate(
-            n, b, no_plane, force_bp, plane_geometry.contact_point, x, roll_bp,
-            jnp.zeros_like(roll_bp), all_valid,
+            n, b if owner is None else owner[b], no_plane, force_bp, plane_geometry.contact_point,
+            x, roll_bp, jnp.zeros_like(roll_bp), all_valid,
         )  # fmt: skip
         force, torque = force + f_plane, torque + t_plane
-        count = count + jnp.sum(plane_geometry.active.reshape(n, p), axis=1, dtype=jnp.int32)
-        new_plane_history = flat_history.reshape(n, p, 3)
+        on_planes = jnp.sum(plane_geometry.active.reshape(s, p), axis=1, dtype=jnp.int32)
+        if owner is not None:
+            on_planes = jnp.zeros((n,), jnp.int32).at[owner].add(on_planes)
+        count = count + on_planes
+        new_plane_history = flat_history.reshape(s, p, 3)
+        elastic = elastic + jnp.sum(energy_bp)
 
     force = force + rigid_body.gravity_force(bodies, params.gravity)
     overflow = Overflow(
@@ -461,10 +556,11 @@ def contact_forces(
         force,
         torque,
         table.partners,
-        new_history.reshape(n, grid.max_neighbors, 3),
+        new_history.reshape(s, grid.max_neighbors, 3),
         new_plane_history,
         count,
         overflow,
+        elastic,
     )
 
 
@@ -485,14 +581,15 @@ def initial_state(
     setup: BodySetup, bodies: Bodies, params: ContactParams | None = None
 ) -> BodyState:
     """The state at time 0: empty histories, the first pair table and its forces."""
-    n, p, width = setup.n_bodies, setup.n_planes, setup.grid.max_neighbors
+    n, s = setup.n_bodies, setup.n_spheres
+    p, width = setup.n_planes, setup.grid.max_neighbors
     if bodies.position.shape != (n, 3):
         raise ValueError(f"bodies.position must be ({n}, 3) for this setup, got "
                          f"{bodies.position.shape}")  # fmt: skip
     dtype = bodies.position.dtype
-    partners = jnp.full((n, width), -1, jnp.int32)
-    history = jnp.zeros((n, width, 3), dtype)
-    plane_history = jnp.zeros((n, p, 3), dtype)
+    partners = jnp.full((s, width), -1, jnp.int32)
+    history = jnp.zeros((s, width, 3), dtype)
+    plane_history = jnp.zeros((s, p, 3), dtype)
     result = contact_forces(setup, bodies, partners, history, plane_history, params)
     return BodyState(
         bodies=bodies,
@@ -504,6 +601,7 @@ def initial_state(
         contact_count=result.contact_count,
         time=jnp.zeros((), jnp.int32),
         overflow=result.overflow,
+        elastic_energy=result.elastic_energy,
     )
 
 
@@ -529,6 +627,7 @@ def diagnostics(
             axis=0,
         ),  # fmt: skip
         contacts=jnp.sum(state.contact_count),
+        elastic_energy=state.elastic_energy,
     )
 
 
@@ -568,6 +667,7 @@ def make_body_chunk(
             contact_count=result.contact_count,
             time=state.time + 1,
             overflow=_merge_overflow(state.overflow, result.overflow),
+            elastic_energy=result.elastic_energy,
         )
         return state, diagnostics(setup, state, params)
 
@@ -593,42 +693,86 @@ def overflow_message(setup: BodySetup, state: BodyState) -> str | None:
     pick = [np.atleast_1d(np.asarray(a))[member] for a in state.overflow]
     _, cell, cell_count, body, body_count = (int(a) for a in pick)
     grid = setup.grid
+    # the tables hold spheres; in a spheres-only scene sphere k is body k
+    items = "bodies" if setup.spheres_only else "spheres"
+    who = (
+        f"body {body}"
+        if setup.spheres_only
+        else f"sphere {body} (of body {int(setup.member_body[body])})"
+    )
     parts = []
     if cell_count > grid.capacity:
         coords = np.unravel_index(cell, grid.shape)
         parts.append(
-            f"cell {cell} {tuple(int(c) for c in coords)} holds {cell_count} bodies, "
+            f"cell {cell} {tuple(int(c) for c in coords)} holds {cell_count} {items}, "
             f"capacity {grid.capacity}"
         )
     if body_count > grid.max_neighbors:
-        parts.append(f"body {body} has {body_count} neighbours, max_neighbors {grid.max_neighbors}")
+        parts.append(f"{who} has {body_count} neighbours, max_neighbors {grid.max_neighbors}")
     return "; ".join(parts)
 
 
-def stable_time_step(setup: BodySetup, masses: np.ndarray) -> float:
+def stable_time_step(
+    setup: BodySetup, masses: np.ndarray, moments: np.ndarray | None = None
+) -> float:
     """The largest time step the contact stiffness allows, in s (host-side, before tracing).
 
-    Hertz: RAYLEIGH_FRACTION (0.2) of the smallest Rayleigh time T_R of a body with finite mass
-    (kernels.contact_models.critical_time_step_hertz, density m / (4/3 pi r^3)).
+    Each contact sphere k of a body b with finite mass is given the mass
+        m_k = min(m_b V_k / sum_b V, m_eff_k),
+        1/m_eff_k = 1/m_b + max_n (d_k x n) . I_b^-1 (d_k x n) = 1/m_b + |d_k|^2 lambda_k,
+    the smaller of its share of the body's mass by volume and the least effective mass that a
+    normal force through its centre meets over all directions n: the force has the arm d_k (the
+    sphere's offset in the principal frame), the rotation it drives adds the second term, and
+    d_k x n sweeps the plane normal to d_k, so lambda_k is the largest eigenvalue of
+    diag(1/I_b) restricted to that plane. Both equal m_b for a plain sphere (one member, d = 0),
+    so spheres keep the sphere rule exactly. Overlapping members make sum_b V exceed the body's
+    volume, which only lowers m_k (conservative).
+
+    Hertz: RAYLEIGH_FRACTION (0.2) of the smallest Rayleigh time T_R of a sphere
+    (kernels.contact_models.critical_time_step_hertz, density m_k / (4/3 pi r_k^3)).
     Linear: the kernel's bound t_c/10 = pi sqrt(m*/k)/10 at the smallest m*/k. For a pair,
     m*/k = (1/k_i + 1/k_j)/(1/m_i + 1/m_j) >= min(m_i/k_i, m_j/k_j) (the mediant inequality), and a
-    plane only raises m*/k, so min_i m_i/k_i bounds every pair: exact for identical bodies,
-    conservative otherwise, and linear in n.
+    plane only raises m*/k, so min_k m_k/k_k bounds every pair: exact for identical spheres,
+    conservative otherwise, and linear in s.
 
     Args:
-        masses: (n,) kg; inf for fixed or kinematic bodies (they are skipped).
+        masses: (n,) kg per body; inf for fixed or kinematic bodies (their spheres are skipped).
+        moments: (n, 3) kg m^2, principal moments of inertia (inf: no rotation about that axis);
+            needed when a sphere sits off its body's centre (clumps), ignored otherwise.
     """
     masses = np.asarray(masses, dtype=np.float64)
-    if masses.shape != (setup.n_bodies,):
-        raise ValueError(f"masses must be ({setup.n_bodies},), got {masses.shape}")
-    finite = np.isfinite(masses)
+    n = setup.n_bodies
+    if masses.shape != (n,):
+        raise ValueError(f"masses must be ({n},), got {masses.shape}")
+    owner, radius = setup.member_body, setup.radius
+    arm2 = np.sum(setup.member_offset**2, axis=1)
+    body_mass = masses[owner]
+    finite = np.isfinite(body_mass)
     if not finite.any():
         return math.inf
+    volume = 4.0 / 3.0 * np.pi * radius**3
+    share = body_mass * volume / np.bincount(owner, weights=volume, minlength=n)[owner]
+    if np.any(arm2 > 0):
+        if moments is None:
+            raise ValueError("stable_time_step needs the principal moments (n, 3) for clumps")
+        moments = np.asarray(moments, dtype=np.float64)
+        if moments.shape != (n, 3):
+            raise ValueError(f"moments must be ({n}, 3), got {moments.shape}")
+        with np.errstate(divide="ignore", invalid="ignore"):
+            inverse = np.where(np.isfinite(moments), 1.0 / moments, 0.0)[owner]  # (s, 3)
+            unit = setup.member_offset / np.sqrt(np.where(arm2 > 0, arm2, 1.0))[:, None]
+            across = np.eye(3) - unit[:, :, None] * unit[:, None, :]  # projector normal to d_k
+            restricted = across @ (inverse[:, :, None] * across)
+            rotational = arm2 * np.linalg.eigvalsh(restricted)[:, -1]
+            effective = 1.0 / (1.0 / body_mass + rotational)
+        share = np.minimum(share, effective)
+    else:
+        share = np.where(setup.spheres_only, body_mass, share)  # bit-exact sphere masses
     if setup.contact_model == "hertz":
-        r = setup.radius[finite]
-        density = masses[finite] / (4.0 / 3.0 * np.pi * r**3)
+        r = radius[finite]
+        density = share[finite] / (4.0 / 3.0 * np.pi * r**3)
         shear = setup.young[finite] / (2.0 * (1.0 + setup.poisson[finite]))
         rayleigh = cm.critical_time_step_hertz(r, density, shear, setup.poisson[finite])
         return float(RAYLEIGH_FRACTION * np.min(np.asarray(rayleigh)))
-    ratio = masses[finite] / setup.stiffness[finite]
+    ratio = share[finite] / setup.stiffness[finite]
     return float(np.min(np.asarray(cm.critical_time_step_linear(ratio, 1.0))))

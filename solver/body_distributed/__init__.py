@@ -1,0 +1,41 @@
+"""One rigid-body scene split over a device mesh (spatial decomposition).
+
+Each subdomain owns the bodies whose centres lie in its block of the box, receives ghost copies
+of the bodies near its faces, and hands bodies over when they cross; buffers have fixed sizes and
+every overflow is reported with its subdomain and buffer. See docs/body_decomposition.md.
+
+Public API: ``plan_layout`` (check a mesh, fix buffer sizes), ``simulate_spatial`` (run), and
+for a run loop ``device_mesh``, ``place``, ``compile_initial``, ``compile_chunk``,
+``overflow_table``, ``overflow_message``, ``gather``.
+"""
+
+from solver.body_distributed.layout import BodyLayout, plan_layout
+from solver.body_distributed.run import (
+    BodyOverflowError,
+    SpatialResult,
+    compile_chunk,
+    compile_initial,
+    device_mesh,
+    gather,
+    overflow_message,
+    overflow_table,
+    place,
+    simulate_spatial,
+)
+from solver.body_distributed.step import SpatialDiagnostics
+
+__all__ = [
+    "BodyLayout",
+    "BodyOverflowError",
+    "SpatialDiagnostics",
+    "SpatialResult",
+    "compile_chunk",
+    "compile_initial",
+    "device_mesh",
+    "gather",
+    "overflow_message",
+    "overflow_table",
+    "place",
+    "plan_layout",
+    "simulate_spatial",
+]

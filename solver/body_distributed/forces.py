@@ -1,0 +1,259 @@
+"""Contact forces on a subdomain's owned bodies from its owned bodies and ghosts.
+
+The pair laws are those of the single-device step (``solver.body_step``), and each pair is
+evaluated exactly as there: its operands are ordered by global id (the lower id is "i", the
+normal points from the higher id to the lower), its spring history is the one of that
+orientation, and a body's force is summed in the single-device order. ``contact_forces`` there
+scatter-adds, for body o, first the pairs (o, j > o) in ascending j, then (i < o, o) in
+ascending i, then the plane pairs in plane order, then gravity; here each owned body has a full
+neighbour row (partners on both sides) sorted into that order and summed left to right. Pairs
+the two runs list but which do not touch add exact zeros. So a subdomain reproduces the
+single-device forces to the last bit unless the compiler rounds an expression differently for
+arrays of another length (XLA:CPU fuses a*b + c in vectorised loop bodies; see
+tests/test_distributed_equality.py); docs/body_decomposition.md gives the measured difference.
+
+A pair between an owned body and a ghost is evaluated by both subdomains, each from its own copy
+of the spring history; both copies follow the same update from the same inputs and so stay
+equal, and the copy travels with its body when it migrates.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import Array
+
+from kernels import contact_models as cm
+from kernels import rigid_body
+from kernels.contact import sphere_plane, sphere_sphere
+from kernels.neighbor_search import NEIGHBOR_OFFSETS, CellGrid, bin_bodies, cell_coordinates
+from kernels.rigid_body import Bodies
+from solver.body_distributed.records import BODY_FIELDS
+from solver.body_step import BodySetup, ContactParams, _mass_inverse, _pair_laws, carry_history
+
+
+class LocalContacts(NamedTuple):
+    """Forces on the C owned slots of a subdomain and what they need next step."""
+
+    force: Array  # (C, 3) N, contacts plus gravity
+    torque: Array  # (C, 3) N m
+    partners: Array  # (C, K) int32 global ids, in summation order, -1 padding
+    history: Array  # (C, K, 3) m
+    plane_history: Array  # (C, p, 3) m
+    contact_count: Array  # (C,) int32
+    cell_count: Array  # int32, bodies in the fullest cell (capacity needed)
+    partner_count: Array  # int32, the longest row (max_partners needed)
+    ghost_contacts: Array  # int32, active contacts of owned bodies with ghosts
+
+
+def full_neighbors(
+    grid: CellGrid,
+    positions: Array,
+    binned: Array,
+    radii: Array,
+    active: Array,
+    rows: int,
+    skin: float,
+) -> tuple[Array, Array, Array]:
+    """Every partner (both directions) of the first ``rows`` bodies, from a cell list.
+
+    The same cell-index search as ``kernels.neighbor_search.neighbor_pairs`` (27 cells around a
+    body, pairs within r_i + r_j + skin), with rows for the owned bodies only and partners on
+    both sides of them.
+
+    Args:
+        positions: (n, 3) centres, m; binned: (n, 3) the same shifted into the grid's frame.
+        radii: (n,) m; active: (n,) bool.
+
+    Returns:
+        table (rows, max_neighbors) int32 local indices (-1 padding, unordered), the true row
+        lengths (rows,) int32 and the fullest cell's count (int32).
+    """
+    width = grid.max_neighbors
+    cells = bin_bodies(grid, binned, active)
+    index = jnp.arange(rows, dtype=jnp.int32)
+    shape = jnp.asarray(grid.shape, jnp.int32)
+    own = cell_coordinates(grid, binned[:rows])
+    _, ny, nz = grid.shape
+
+    def visit(carry, offset):
+        table, count = carry
+        coords = own + offset
+        inside = active[:rows] & jnp.all((coords >= 0) & (coords < shape), axis=1)
+        c = jnp.clip(coords, 0, shape - 1)
+        candidates = cells.members[(c[:, 0] * ny + c[:, 1]) * nz + c[:, 2]]  # (rows, capacity)
+        valid = inside[:, None] & (candidates >= 0) & (candidates != index[:, None])
+        separation = positions[candidates] - positions[:rows, None, :]
+        reach = radii[:rows, None] + radii[candidates] + skin
+        valid = valid & (jnp.sum(separation * separation, axis=-1) <= reach * reach)
+        slot = jnp.where(valid, count[:, None] + jnp.cumsum(valid, axis=1) - 1, width)
+        table = table.at[index[:, None], slot].set(candidates, mode="drop")
+        return (table, count + jnp.sum(valid, axis=1, dtype=jnp.int32)), None
+
+    init = (jnp.full((rows, width), -1, jnp.int32), jnp.zeros((rows,), jnp.int32))
+    (table, count), _ = jax.lax.scan(visit, init, jnp.asarray(NEIGHBOR_OFFSETS))
+    return table, count, cells.worst_count
+
+
+def _summation_order(table: Array, gid: Array, rows: int, n_bodies: int) -> Array:
+    """Rows of ``table`` (local indices) sorted as the single-device scatter sums them: higher
+    ids ascending, then lower ids ascending, padding last."""
+    own = gid[:rows, None]
+    partner = gid[jnp.where(table >= 0, table, 0)]
+    key = jnp.where(partner > own, partner, partner + n_bodies)
+    key = jnp.where(table >= 0, key, 2 * n_bodies)
+    order = jnp.argsort(key, axis=1, stable=True)
+    return jnp.take_along_axis(table, order, axis=1)
+
+
+def _laws(*args) -> tuple[Array, Array, Array]:
+    """``solver.body_step._pair_laws``: force on i, rolling torque on i, new history (P, 3)
+    (its further results, e.g. the elastic energy, are not needed here)."""
+    return _pair_laws(*args)[:3]
+
+
+def _in_order(values: Array) -> Array:
+    """Sum (rows, K, 3) over K strictly left to right (the order a scatter-add uses); a loop,
+    not a reduction, which XLA may reassociate (and unrolling would slow the compile)."""
+    return jax.lax.fori_loop(
+        0, values.shape[1], lambda k, total: total + values[:, k], jnp.zeros_like(values[:, 0])
+    )
+
+
+def local_contacts(
+    setup: BodySetup,
+    grid: CellGrid,
+    origin: Array,
+    gid: Array,
+    bodies: Bodies,
+    rows: int,
+    partners: Array,
+    history: Array,
+    plane_history: Array,
+    params: ContactParams,
+) -> LocalContacts:
+    """Forces on the owned bodies (the first ``rows`` slots) from owned bodies and ghosts.
+
+    Args:
+        grid: the subdomain's cell list (``BodyLayout.local_grid``), whose corner is ``origin``.
+        origin: (3,) m, the lower corner of the subdomain's cell list in the box.
+        gid: (n,) int32 global ids of owned slots then ghost slots, -1 free.
+        bodies: their state (n slots).
+        partners, history, plane_history: the owned bodies' tables of the previous step (global
+            ids), (rows, K), (rows, K, 3), (rows, p, 3).
+        params: the scene's material values (per global id), planes and gravity.
+    """
+    p = setup.n_planes
+    active = gid >= 0
+    ids = jnp.where(active, gid, 0)
+    dtype = bodies.position.dtype
+    radius = jnp.asarray(setup.radius, dtype)[ids]
+    x, v = bodies.position, bodies.velocity
+    omega = rigid_body.angular_velocity(bodies)
+    inverse_mass = _mass_inverse(bodies)
+
+    table, row_length, cell_count = full_neighbors(
+        grid, x, x - origin, radius, active, rows, setup.skin
+    )
+    table = _summation_order(table, gid, rows, setup.n_bodies)
+    new_partners = jnp.where(table >= 0, gid[jnp.where(table >= 0, table, 0)], -1)
+    old_history = carry_history(partners, history, new_partners)
+
+    width = table.shape[1]
+    owner = jnp.repeat(jnp.arange(rows, dtype=jnp.int32), width, total_repeat_length=rows * width)
+    other = table.reshape(-1)
+    valid = other >= 0
+    other = jnp.where(valid, other, 0)
+    owner_first = gid[owner] < gid[other]
+    i = jnp.where(owner_first, owner, other)  # the pair's lower id: "i" of the 1-device run
+    js = jnp.where(owner_first, other, owner)
+    gi, gj = ids[i], ids[js]
+    young, poisson = params.young, params.poisson
+    restitution, friction, rolling = params.restitution, params.friction, params.rolling_friction
+    use_rolling = bool(np.any(setup.rolling_friction > 0))
+    geometry = sphere_sphere(
+        x[i], radius[i], v[i], omega[i], x[js], radius[js], v[js], omega[js], valid
+    )
+    inverse_sum = inverse_mass[i] + inverse_mass[js]
+    k_linear = None
+    if setup.contact_model == "linear":
+        k_linear = 1.0 / (1.0 / params.stiffness[gi] + 1.0 / params.stiffness[gj])
+    force_ij, roll_ij, new_history = _laws(
+        setup,
+        geometry,
+        cm.effective_modulus(young[gi], poisson[gi], young[gj], poisson[gj]),
+        cm.effective_shear_modulus(young[gi], poisson[gi], young[gj], poisson[gj]),
+        cm.effective_radius(radius[i], radius[js]),
+        1.0 / jnp.where(inverse_sum > 0, inverse_sum, 1.0),
+        k_linear,
+        cm.mixed_coefficient(restitution[gi], restitution[gj]),
+        cm.mixed_coefficient(friction[gi], friction[gj]),
+        cm.mixed_coefficient(rolling[gi], rolling[gj]) if use_rolling else None,
+        old_history.reshape(-1, 3),
+    )
+    # as kernels.contact.accumulate: i gets F and (c - x_i) x F + M, j gets -F, (c - x_j) x -F - M
+    first = owner_first[:, None]
+    on_owner = jnp.where(valid[:, None], jnp.where(first, force_ij, -force_ij), 0.0)
+    arm = geometry.contact_point - x[owner]
+    torque = jnp.cross(arm, on_owner) + jnp.where(first, roll_ij, -roll_ij)
+    torque = jnp.where(valid[:, None], torque, 0.0)
+    force = _in_order(on_owner.reshape(rows, width, 3))
+    torque = _in_order(torque.reshape(rows, width, 3))
+    count = jnp.sum(geometry.active.reshape(rows, width), axis=1, dtype=jnp.int32)
+    ghost_contacts = jnp.sum(geometry.active & (other >= rows), dtype=jnp.int32)
+
+    new_plane_history = plane_history
+    if p:
+        own_ids = ids[:rows]
+        b = jnp.repeat(jnp.arange(rows, dtype=jnp.int32), p)
+        k = jnp.tile(jnp.arange(p, dtype=jnp.int32), rows)
+        gb = own_ids[b]
+        plane_geometry = sphere_plane(
+            x[b], radius[b], v[b], omega[b], params.plane_point[k],
+            params.plane_normal[k], params.plane_velocity[k], active[b],
+        )  # fmt: skip
+        k_plane = None
+        if setup.contact_model == "linear":
+            k_plane = 1.0 / (1.0 / params.stiffness[gb] + 1.0 / params.plane_stiffness[k])
+        inv = inverse_mass[b]
+        force_bp, roll_bp, flat_history = _laws(
+            setup,
+            plane_geometry,
+            cm.effective_modulus(young[gb], poisson[gb], params.plane_young[k],
+                                 params.plane_poisson[k]),
+            cm.effective_shear_modulus(young[gb], poisson[gb], params.plane_young[k],
+                                       params.plane_poisson[k]),
+            radius[b],
+            1.0 / jnp.where(inv > 0, inv, 1.0),
+            k_plane,
+            cm.mixed_coefficient(restitution[gb], params.plane_restitution[k]),
+            cm.mixed_coefficient(friction[gb], params.plane_friction[k]),
+            cm.mixed_coefficient(rolling[gb], params.plane_rolling_friction[k])
+            if use_rolling
+            else None,
+            plane_history.reshape(-1, 3),
+        )  # fmt: skip
+        valid_b = active[b][:, None]
+        f_b = jnp.where(valid_b, force_bp, 0.0)
+        t_b = jnp.where(valid_b, jnp.cross(plane_geometry.contact_point - x[b], f_b) + roll_bp, 0.0)
+        force = force + _in_order(f_b.reshape(rows, p, 3))
+        torque = torque + _in_order(t_b.reshape(rows, p, 3))
+        count = count + jnp.sum(plane_geometry.active.reshape(rows, p), axis=1, dtype=jnp.int32)
+        new_plane_history = flat_history.reshape(rows, p, 3)
+
+    owned = bodies.replace(**{k: getattr(bodies, k)[:rows] for k in BODY_FIELDS})
+    force = force + rigid_body.gravity_force(owned, params.gravity)
+    return LocalContacts(
+        force=force,
+        torque=torque,
+        partners=new_partners,
+        history=new_history.reshape(rows, width, 3),
+        plane_history=new_plane_history,
+        contact_count=count,
+        cell_count=cell_count,
+        partner_count=jnp.max(row_length),
+        ghost_contacts=ghost_contacts,
+    )

@@ -1,0 +1,192 @@
+"""One body scene split over a device mesh equals the single-device run (solver.body_step).
+
+The scene (tests/body_decomposition_worker.py): 216 spheres of two sizes in a walled box with
+gravity, random velocities (3 m/s) and spins, Hertz-Mindlin contacts with friction and rolling
+friction, one kinematic and one fixed body, run 100 steps. Bodies migrate between subdomains
+and touch ghosts in every run (both asserted). The single-device reference is computed once
+here and handed to the workers.
+
+Equality bound. A pair's force is evaluated with the single-device operand order and summed onto
+a body in the single-device order (solver/body_distributed/forces.py), so the runs differ only
+where XLA:CPU rounds an elementwise expression differently for arrays of another length, mostly
+fused multiply-adds in vectorised loops: the last bits of some pair forces (measured on one
+state: 91 of 343 bodies' forces differ, by <= 1.4e-15 N; 12 with FMA off). Contacts then
+amplify such differences, since the dynamics is chaotic. Measured after 100 steps: <= 1.3e-15
+relative (max |a - b| over max |a|) in position, velocity, orientation and angular momentum on
+fake devices, <= 2.4e-15 over MPI, forces and torques <= 6e-15; continued, the difference grows
+about tenfold per 100 steps (3.1e-13 after 400). STATE_RTOL = 1e-10 leaves over four orders of
+magnitude, while a single missed contact for one step changes a velocity by F dt / m ~ 1e-4
+relative and fails the test. Contact counts must agree exactly.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from body_decomposition_worker import reference, scene
+from mpi import mpirun
+
+from solver import body_step as bs
+from solver.body_distributed import BodyOverflowError, plan_layout
+from solver.body_distributed.run import host_subdomains
+from solver.config import ConfigError
+
+WORKER = str(Path(__file__).resolve().parent / "body_decomposition_worker.py")
+ROOT = Path(__file__).resolve().parent.parent
+STEPS = 100
+STATE_RTOL = 1e-10  # see the module docstring
+FIELDS = ("position", "velocity", "orientation", "angular_momentum", "force", "torque")
+
+
+@pytest.fixture(scope="module")
+def reference_file(tmp_path_factory) -> str:
+    setup, bodies = scene()
+    path = tmp_path_factory.mktemp("body_reference") / "reference.npz"
+    np.savez(path, steps=STEPS, **reference(setup, bodies, STEPS))
+    return str(path)
+
+
+def records(stdout: str, tag: str = "RESULT") -> list[dict]:
+    return [
+        json.loads(line[len(tag) + 1 :])
+        for line in stdout.splitlines()
+        if line.startswith(tag + " ")
+    ]
+
+
+def check(results: list[dict], meshes: list[list[int]], processes: int) -> None:
+    assert [r["mesh"] for r in results] == meshes, f"expected {meshes}, got {results}"
+    for r in results:
+        name = f"mesh {r['mesh']} ({r['processes']} processes)"
+        measured = ", ".join(f"{f} {r['fields'][f]['rel_diff']:.2g}" for f in FIELDS)
+        print(f"{name}: relative differences {measured}; migrated {r['migrated']}, "
+              f"contacts with ghosts {r['ghost_contacts']}")  # fmt: skip
+        assert r["processes"] == processes, name
+        for field in FIELDS:
+            rel = r["fields"][field]["rel_diff"]
+            assert rel <= STATE_RTOL, f"{name}: {field} differs by {rel:.3g} relative"
+        assert r["contacts_equal"], f"{name}: contact counts differ"
+        assert r["energy_rel_diff"] <= STATE_RTOL, f"{name}: kinetic energy {r['energy_rel_diff']}"
+        # the decomposition was exercised: bodies changed owner and touched ghosts
+        assert r["migrated"] > 0, f"{name}: no body migrated"
+        assert r["ghost_contacts"] > 0, f"{name}: no contact with a ghost"
+        overflow = r["overflow_max"]
+        assert all(o <= c for o, c in zip(overflow, r["capacities"], strict=False)), name
+        assert overflow[5] == 0, f"{name}: a body jumped more than one block"
+
+
+def fake_devices(args: list[str]) -> subprocess.CompletedProcess:
+    env = dict(os.environ)
+    env["XLA_FLAGS"] = "--xla_force_host_platform_device_count=8"
+    env["JAX_PLATFORMS"] = "cpu"
+    return subprocess.run(
+        [sys.executable, WORKER, *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+
+
+@pytest.fixture(scope="module")
+def fake_device_run(reference_file) -> str:
+    """One worker process on 8 fake CPU devices: both meshes, then a too small ghost buffer
+    (one process start and one JAX import for both tests)."""
+    meshes = [",".join(map(str, m)) for m in FAKE_MESHES]
+    result = fake_devices(
+        ["--meshes", *meshes, "--reference", reference_file, "--steps", str(STEPS)]
+        + ["--chunk", str(STEPS // 2)]  # two chunks: the state carries over between them
+        + ["--overflow", "2,2,2"]
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result.stdout
+
+
+FAKE_MESHES = [[2, 2, 2], [8, 1, 1]]  # corners and edges; eight slabs (many migrations)
+
+
+@pytest.mark.timeout(900)
+def test_fake_devices_equal_single_device(fake_device_run):
+    check(records(fake_device_run), FAKE_MESHES, processes=1)
+
+
+@pytest.mark.timeout(900)
+def test_overflow_names_subdomain_and_capacity(fake_device_run):
+    (record,) = records(fake_device_run, "OVERFLOW")
+    lines = record["message"].splitlines()
+    # every subdomain of the [2, 2, 2] box touches the others: each receives > 4 ghosts
+    assert len(lines) == 8, record["message"]
+    assert lines[0].startswith("after step"), lines[0]
+    assert "subdomain 0 (0, 0, 0): ghost buffer needs at least" in lines[0], lines[0]
+    needed = int(lines[0].split("needs at least ")[1].split(",")[0])
+    assert needed > 4, lines[0]
+    assert all("bodies.ghost_capacity = 4" in line for line in lines), record["message"]
+
+
+@pytest.mark.timeout(900)
+def test_mpi_processes_equal_single_device(reference_file):
+    args = ["--meshes", "2,1,1", "--reference", reference_file, "--steps", str(STEPS)]
+    result = mpirun(2, [WORKER, *args], timeout=900)
+    assert result.returncode == 0, result.stderr[-3000:]
+    check(records(result.stdout), [[2, 1, 1]], processes=2)
+
+
+# ---- host-side checks (no compilation) -----------------------------------------------------
+
+
+def test_initial_owner_overflow_is_reported_before_running():
+    setup, bodies = scene()
+    layout = plan_layout(setup, (2, 2, 2), capacity=10)
+    with pytest.raises(BodyOverflowError, match=r"subdomain \d \(\d, \d, \d\) owns \d+ bodies"):
+        host_subdomains(setup, layout, bodies)
+
+
+def test_blocks_narrower_than_the_interaction_range_are_refused():
+    setup, _ = scene()
+    reach = 2 * setup.radius.max() + setup.skin
+    with pytest.raises(ConfigError, match=r"bodies.mesh = \[16, 1, 1\].*2 max\(radius\) \+ skin"):
+        plan_layout(setup, (16, 1, 1))  # 0.0125 m blocks < reach
+    assert reach <= 0.2 / 8  # while [8, 1, 1] fits
+    with pytest.raises(ConfigError, match="at most 4 subdomains"):
+        plan_layout(setup, (2, 2, 2), devices=4)
+    with pytest.raises(ConfigError, match="3 integers"):
+        plan_layout(setup, (2, 2))
+
+
+def test_owners_cover_the_box_and_clamp_outside():
+    setup, bodies = scene()
+    layout = plan_layout(setup, (2, 2, 2))
+    positions = np.array([[0.01, 0.01, 0.01], [0.19, 0.01, 0.11], [-1.0, 5.0, 0.09]])
+    np.testing.assert_array_equal(layout.owner_ranks(positions), [0, 5, 2])
+    host = host_subdomains(setup, layout, bodies)
+    gid = host["gid"]
+    assert sorted(gid[gid >= 0].tolist()) == list(range(setup.n_bodies))
+
+
+def test_clumps_are_refused():
+    setup, _ = scene(per_axis=2)
+    if "member_body" not in bs.BodySetup.__dataclass_fields__:
+        pytest.skip("this BodySetup has no clumps")
+    n = setup.n_bodies
+    clumped = bs.BodySetup(
+        radius=setup.radius,
+        young=setup.young,
+        poisson=setup.poisson,
+        restitution=setup.restitution,
+        friction=setup.friction,
+        rolling_friction=setup.rolling_friction,
+        grid=setup.grid,
+        dt=setup.dt,
+        skin=setup.skin,
+        member_body=np.arange(n) // 2,  # pairs of spheres
+        member_offset=np.tile([[0.005, 0.0, 0.0], [-0.005, 0.0, 0.0]], (n // 2, 1)),
+    )
+    with pytest.raises(NotImplementedError, match="clumps"):
+        plan_layout(clumped, (2, 1, 1))
