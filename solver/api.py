@@ -86,7 +86,12 @@ def run(
         overrides = ["checkpoint=none", *overrides]
     config = compose_config(overrides)
     enable_precision(config.fluid.precision)
-    outcome = simulate(config, Path(output_dir), interactive=interactive)
+    if config.twin is not None:
+        from solver.twin.run import run_twin
+
+        outcome = run_twin(config, Path(output_dir), interactive=interactive)
+    else:
+        outcome = simulate(config, Path(output_dir), interactive=interactive)
     case = outcome.case
     grid = {
         "dx": case.units.dx,

@@ -123,7 +123,12 @@ def _hydra_main(cfg: DictConfig) -> None:
             enable_precision(config.fluid.precision)
             from solver.simulation import DivergenceError, PreemptedError, simulate
 
-            outcome = simulate(config, output_dir)
+            if config.twin is not None:
+                from solver.twin.run import run_twin
+
+                outcome = run_twin(config, output_dir)
+            else:
+                outcome = simulate(config, output_dir)
     except ConfigError as err:
         fail(f"bad configuration: {err}", EXIT_CONFIG)
     except DivergenceError as err:
@@ -132,11 +137,18 @@ def _hydra_main(cfg: DictConfig) -> None:
         # not an error: the run did what it was asked
         hint = "; rerun with the same run dir to continue" if err.resumable else ""
         print(f"{err}{hint}", file=sys.stderr, flush=True)
+        if err.shutdown:  # a service's normal end
+            sys.exit(0)
         sys.exit(EXIT_PREEMPTED if err.resumable else EXIT_STOPPED)
     if outcome is None:
         _run_bodies(config, output_dir)
     elif outcome.density is not None:  # process 0 of a multi-process run, or the only one
-        print("\n".join(summary_lines(outcome.summary)), flush=True)
+        lines = summary_lines(outcome.summary)
+        if config.twin is not None:
+            from solver.twin.run import summary_lines as twin_lines
+
+            lines += twin_lines(outcome.summary)
+        print("\n".join(lines), flush=True)
 
 
 def _run_bodies(config, output_dir: Path) -> None:

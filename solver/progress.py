@@ -20,14 +20,15 @@ class Progress:
     """Reports step, simulated time, MLUPS and ETA.
 
     Args:
-        total: steps to run; dt: s per step; cells: lattice nodes per step.
+        total: steps to run (None: until stopped, no percentage or ETA); dt: s per step;
+            cells: lattice nodes per step.
         interactive: live bar (rich) when True, log records when False; None: stdout is a tty.
         log_interval: seconds of wall time between log records (non-interactive).
     """
 
     def __init__(
         self,
-        total: int,
+        total: int | None,
         dt: float,
         cells: int,
         interactive: bool | None = None,
@@ -59,7 +60,10 @@ class Progress:
                 TextColumn("[bold]{task.description}"),
                 BarColumn(),
                 TaskProgressColumn(),
-                TextColumn("step {task.completed:.0f}/{task.total:.0f}"),
+                TextColumn(
+                    "step {task.completed:.0f}"
+                    + ("" if self.total is None else "/{task.total:.0f}")
+                ),
                 TextColumn("t = {task.fields[sim_time]:.4g} s"),
                 TextColumn("{task.fields[mlups]:.1f} MLUPS"),
                 TextColumn("ETA"),
@@ -81,11 +85,16 @@ class Progress:
             self._bar.update(self._task, completed=step, sim_time=step * self.dt, mlups=mlups)
             return
         now = time.perf_counter()
-        if step < self.total and now - self._last_log < self.log_interval:
+        last = self.total is not None and step >= self.total
+        if not last and now - self._last_log < self.log_interval:
             return
         self._last_log = now
         elapsed = now - self.start
         rate = (step - self.first_step) / elapsed if elapsed > 0 else 0.0
+        if self.total is None:
+            log.info("step %d  t = %.4g s  %.1f MLUPS  %.1f steps/s", step, step * self.dt,
+                     mlups, rate)  # fmt: skip
+            return
         eta = (self.total - step) / rate if rate > 0 else float("inf")
         log.info(
             "step %d/%d (%.0f%%)  t = %.4g s  %.1f MLUPS  ETA %s",

@@ -17,6 +17,7 @@ import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Protocol
 
 import jax
 import jax.numpy as jnp
@@ -37,17 +38,46 @@ from solver.progress import Progress
 log = logging.getLogger("solver")
 
 OUTPUTS_PER_RUN = 10  # field outputs when output.every is null
+UNBOUNDED_STEPS = 2**62  # a service run (hook.unbounded) ends only by a signal
+
+
+class ChunkHook(Protocol):
+    """Host work between chunks that changes the state (the digital twin's seam).
+
+    ``start`` is called once the case and distribution exist; ``steps_until`` may shorten the
+    next chunk (so that it ends at an assimilation time); ``after_chunk`` returns the state and
+    geometry to continue with (e.g. nudged populations, a new inflow) and runs before outputs
+    and checkpoints of that step; ``summary`` goes into run.json under its ``name``.
+    """
+
+    name: str
+    unbounded: bool  # run until a signal (service mode) instead of ``steps``
+
+    def start(self, case: Case, dist: Any, output_dir: Path, first_step: int) -> None: ...
+
+    def steps_until(self, step: int) -> int | None: ...
+
+    def after_chunk(self, step: int, state: Any, geometry: Any) -> tuple[Any, Any]: ...
+
+    def summary(self) -> dict: ...
+
+    def close(self) -> None: ...
 
 
 class PreemptedError(RuntimeError):
     """Stopped by a signal; ``resumable`` if a checkpoint was saved first; ``summary`` is what
-    run.json holds (status "preempted", or "stopped" without a checkpoint)."""
+    run.json holds (status "preempted", or "stopped" without a checkpoint). ``shutdown``: a
+    service run (unbounded) stopped by SIGTERM, its normal end (exit code 0)."""
 
-    def __init__(self, message: str, summary: dict, output_dir: Path, resumable: bool) -> None:
+    def __init__(
+        self, message: str, summary: dict, output_dir: Path, resumable: bool,
+        shutdown: bool = False,
+    ) -> None:  # fmt: skip
         super().__init__(message)
         self.summary = summary
         self.output_dir = output_dir
         self.resumable = resumable
+        self.shutdown = shutdown
 
 
 class DivergenceError(RuntimeError):
@@ -154,14 +184,27 @@ def _identity(case: Case) -> dict:
     }
 
 
-def output_steps(total: int, every: int | None) -> list[int]:
-    """Steps at which fields are written: 0, every, 2 every, ... and the last step."""
-    if every is None:
-        every = max(1, math.ceil(total / OUTPUTS_PER_RUN))
-    steps = list(range(0, total, every))
-    if steps[-1] != total:
-        steps.append(total)
-    return steps
+@dataclass(frozen=True)
+class OutputSchedule:
+    """The output steps without listing them (a service run has no last step): 0, every,
+    2 every, ... and ``total``; ``every`` None writes step 0 and ``total`` only."""
+
+    total: int
+    every: int | None
+
+    @classmethod
+    def of(cls, total: int, every: int | None, unbounded: bool) -> OutputSchedule:
+        if every is None and not unbounded:
+            every = max(1, math.ceil(total / OUTPUTS_PER_RUN))
+        return cls(total, every)
+
+    def __contains__(self, step: int) -> bool:
+        return step in (0, self.total) or (self.every is not None and step % self.every == 0)
+
+    def next_after(self, step: int) -> int:
+        if self.every is None:
+            return self.total
+        return min(self.total, (step // self.every + 1) * self.every)
 
 
 def simulate(
@@ -169,8 +212,11 @@ def simulate(
     output_dir: Path,
     interactive: bool | None = None,
     case: Case | None = None,
+    hook: ChunkHook | None = None,
 ) -> Outcome:
     """Run a validated config; write fields.h5/xdmf, PNG, forces.csv, run.json into output_dir.
+
+    ``hook`` (ChunkHook): host work between chunks that may change the state (digital twin).
 
     In a multi-process run every process calls this; process 0 writes the files (into its
     ``output_dir``, which all processes adopt) and returns the fields, the others return
@@ -184,7 +230,11 @@ def simulate(
         PreemptedError: stopped by a signal, after a checkpoint (if enabled) and run.json.
     """
     with StopRequests() as stops:
-        return _simulate(config, output_dir, interactive, case, stops)
+        try:
+            return _simulate(config, output_dir, interactive, case, stops, hook)
+        finally:
+            if hook is not None:
+                hook.close()
 
 
 def _simulate(
@@ -193,6 +243,7 @@ def _simulate(
     interactive: bool | None,
     case: Case | None,
     stops: StopRequests,
+    hook: ChunkHook | None = None,
 ) -> Outcome:
     t_start = time.perf_counter()
     runtime = start(config.domain.halo)
@@ -203,7 +254,11 @@ def _simulate(
     setup, units = case.setup, case.units
     dist = distribute(runtime, config.domain.mesh, setup.shape)
     root = dist.is_root
-    total = config.steps if config.steps is not None else case.default_steps
+    unbounded = hook is not None and getattr(hook, "unbounded", False)
+    if unbounded:
+        total = UNBOUNDED_STEPS
+    else:
+        total = config.steps if config.steps is not None else case.default_steps
     chunk = min(config.chunk, total)
     d = setup.lattice.d
     log.info(
@@ -216,7 +271,7 @@ def _simulate(
         case.tau,
         case.mach,
         case.reynolds,
-        total,
+        "until stopped (service)" if unbounded else total,
     )
     log.info(
         "domain: mesh %s (%s halo), blocks of %s cells, %d process(es)",
@@ -269,6 +324,8 @@ def _simulate(
         outputs["forces_csv"] = str(force_log.path)
 
     geometry = dist.geometry(setup)
+    if hook is not None:
+        hook.start(case, dist, output_dir, done)
     chunk_fn = dist.chunk(setup)
     macro_fn = jax.jit(lambda s, g: macroscopic(setup, s, g))
     health_fn = jax.jit(_health)
@@ -312,10 +369,10 @@ def _simulate(
             "case_info": {k: v for k, v in case.info.items() if _json_scalar(v)},
             "outputs": outputs,
             "checkpoint": checkpoints.summary(),
-        }
+        } | ({hook.name: hook.summary()} if hook is not None else {})
 
     timing = {"mlups": 0.0, "compile": 0.0}
-    schedule = output_steps(total, config.output.every)
+    schedule = OutputSchedule.of(total, config.output.every, unbounded)
     # every process takes part in the gather; process 0 alone holds a writer
     # a resumed run writes its first step again: the run dir may be new (resume=PATH)
     if config.output.fields and (resumed is None or done in schedule):
@@ -334,7 +391,7 @@ def _simulate(
 
     with (
         Progress(
-            total,
+            None if unbounded else total,
             units.dt,
             setup.cells,
             interactive if root else False,
@@ -344,9 +401,11 @@ def _simulate(
         ) as bar,
     ):
         while done < total:
-            next_output = next((s for s in schedule if s > done), total)
+            next_output = schedule.next_after(done)
             next_save = checkpoints.boundary(done) or total
             n = min(chunk, total - done, next_output - done, next_save - done)
+            if hook is not None:
+                n = min(n, hook.steps_until(done) or n)
             t0 = time.perf_counter()
             state, chunk_forces = chunk_fn(state, geometry, n)
             bad = dist.first_bad(*health_fn(state.populations, geometry.solid))  # waits
@@ -391,6 +450,8 @@ def _simulate(
                 if root:
                     summary = write_run_json(output_dir / "run.json", summary)
                 raise DivergenceError(message, summary, output_dir)
+            if hook is not None:
+                state, geometry = hook.after_chunk(done, state, geometry)
             if config.output.fields and done in schedule:
                 rho, u = fields_si(state)
                 if writer is not None:
@@ -399,7 +460,9 @@ def _simulate(
             extras = functools.partial(checkpoint_extras, done)
             if checkpoints.after_chunk(done, total, state, extras, stops.requested):
                 saved = checkpoints.store is not None
-                summary = base_summary("preempted" if saved else "stopped", done)
+                shutdown = unbounded and stops.signal_name == "SIGTERM"
+                status = "stopped" if shutdown or not saved else "preempted"
+                summary = base_summary(status, done)
                 summary["diagnostics"] = {}
                 summary["outputs"]["run_json"] = str(output_dir / "run.json")
                 if root:
@@ -412,10 +475,11 @@ def _simulate(
                 )
                 raise PreemptedError(
                     f"stopped by {stops.signal_name or 'a signal on another process'} "
-                    f"at step {done} of {total}: {where}",
+                    f"at step {done}{'' if unbounded else f' of {total}'}: {where}",
                     summary,
                     output_dir,
                     resumable=saved,
+                    shutdown=shutdown,
                 )
     checkpoints.finish(done, state, functools.partial(checkpoint_extras, done))
     if checkpoints.store is not None and checkpoints.last_saved_step is not None:

@@ -62,7 +62,10 @@ class Ingestor:
             for item in items:
                 self.counts["readings"] += 1
                 if isinstance(item, Reading):
-                    item = self.validator.check(item, now, _item_raw(raw, item, len(items)))
+                    reading = item
+                    item = self.validator.check(reading, now)
+                    if isinstance(item, Rejection):  # the bytes only for what is kept
+                        item = item._replace(raw=_item_raw(raw, reading))
                 if isinstance(item, Duplicate):
                     self.counts["duplicates"] += 1
                 elif isinstance(item, Rejection):
@@ -80,12 +83,12 @@ class Ingestor:
         return accepted
 
 
-def _item_raw(raw: bytes, reading: Reading, count: int) -> bytes:
+def _item_raw(raw: bytes, reading: Reading) -> bytes:
     """The bytes to quarantine for a reading that fails validation: the whole message when it is
     a single reading, else just that batch item (re-encoded)."""
     if reading.index is None:
         return bytes(raw)
-    item = {"sensor": reading.sensor, "time": reading.time, "value": reading.value.tolist()}
+    item = {"sensor": reading.sensor, "time": reading.time, "value": list(reading.value)}
     if reading.units is not None:
         item["units"] = reading.units
     return json.dumps(item).encode()

@@ -22,8 +22,6 @@ import math
 from datetime import datetime
 from typing import Any, NamedTuple
 
-import numpy as np
-
 MAX_MESSAGE_BYTES = 65536
 MAX_BATCH = 4096  # readings per batch message
 MAX_COMPONENTS = 16  # values per reading
@@ -51,7 +49,7 @@ class Reading(NamedTuple):
 
     sensor: str
     time: float  # s, source clock
-    value: np.ndarray  # (k,) float64, in ``units`` (or the sensor's unit when None)
+    value: tuple[float, ...]  # k values in ``units`` (or the sensor's unit when None)
     units: str | None
     index: int | None  # position in its batch, None for a single reading
 
@@ -112,21 +110,22 @@ def _time(value: Any) -> float:
     raise _Bad("schema", f"field 'time' must be a number or ISO 8601 text, got {_short(value)}")
 
 
-def _values(value: Any) -> np.ndarray:
+def _values(value: Any) -> tuple[float, ...]:
     items = value if isinstance(value, list) else [value]
     if not items or len(items) > MAX_COMPONENTS:
         raise _Bad("schema", f"field 'value' must have 1 to {MAX_COMPONENTS} numbers")
-    out = np.empty(len(items))
-    for k, item in enumerate(items):
+    out = []
+    for item in items:
         if isinstance(item, bool) or not isinstance(item, (int, float)):
             raise _Bad("schema", f"field 'value' holds a non-number: {_short(item)}")
         try:
-            out[k] = float(item)
+            number = float(item)
         except OverflowError:
             raise _Bad("non_finite", "field 'value' overflows a float") from None
-    if not np.all(np.isfinite(out)):
-        raise _Bad("non_finite", f"field 'value' is not finite: {out.tolist()}")
-    return out
+        if not math.isfinite(number):
+            raise _Bad("non_finite", f"field 'value' is not finite: {_short(items)}")
+        out.append(number)
+    return tuple(out)
 
 
 def _reading(item: Any, index: int | None) -> Reading:

@@ -169,6 +169,10 @@ class MqttSource:
         for delivery in deliveries:
             self._client.ack(delivery.mid, 1)
 
+    def publish(self, topic: str, payload: bytes) -> None:
+        """Send with QoS 1; paho queues it while disconnected and sends it on reconnection."""
+        self._client.publish(topic, payload, qos=1)
+
     def stop(self) -> None:
         self.connected.clear()  # a disconnect asked for is not a loss of connection
         self._client.disconnect()

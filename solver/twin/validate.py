@@ -16,7 +16,7 @@ import numpy as np
 
 from solver.twin.messages import Reading, Rejection
 from solver.twin.sensors import Sensor
-from solver.twin.units import UNITS, to_si, units_of
+from solver.twin.units import UNITS, units_of
 
 QUATERNION_TOLERANCE = 1e-3  # |q| of a pose reading may differ from 1 by this much
 RECENT = 4096  # accepted (time, value) remembered per sensor to recognise redeliveries
@@ -53,11 +53,19 @@ class Validator:
     max_future: float = math.inf
     last_time: dict[str, float] = field(default_factory=dict)
     recent: dict[str, OrderedDict] = field(default_factory=dict)
+    _limits: dict[str, tuple[list[float], list[float]]] = field(default_factory=dict)
+
+    def _bounds(self, sensor: Sensor) -> tuple[list[float], list[float]]:
+        limits = self._limits.get(sensor.id)
+        if limits is None:
+            limits = self._limits[sensor.id] = (sensor.low.tolist(), sensor.high.tolist())
+        return limits
 
     def check(
-        self, reading: Reading, now: float, raw: bytes
+        self, reading: Reading, now: float, raw: bytes = b""
     ) -> Observation | Duplicate | Rejection:
-        """Accept ``reading`` at simulation time ``now`` (s) or say why not."""
+        """Accept ``reading`` at simulation time ``now`` (s) or say why not (``raw``: the bytes
+        a rejection carries; the caller may fill them in later)."""
 
         def reject(reason: str, detail: str) -> Rejection:
             return Rejection(reason, detail, raw, reading.index, reading.sensor)
@@ -74,24 +82,27 @@ class Validator:
                 f"{sensor.id}: units {units[:32]!r} are not {dimension} "
                 f"({', '.join(units_of(dimension))})",
             )
-        if reading.value.size != sensor.components:
+        if len(reading.value) != sensor.components:
             return reject(
                 "shape",
-                f"{sensor.id}: {reading.value.size} value(s), the sensor has {sensor.components}",
+                f"{sensor.id}: {len(reading.value)} value(s), the sensor has {sensor.components}",
             )
-        value = np.asarray(to_si(reading.value, units), dtype=np.float64)
-        if not np.all(np.isfinite(value)):
-            return reject("non_finite", f"{sensor.id}: value not finite after unit conversion")
-        bad = (value < sensor.low) | (value > sensor.high)
-        if np.any(bad):
-            k = int(np.argmax(bad))
-            return reject(
-                "out_of_range",
-                f"{sensor.id}: component {k} = {value[k]:.6g} (SI) outside "
-                f"[{sensor.low[k]:.6g}, {sensor.high[k]:.6g}]",
-            )
+        # plain floats: a reading has a handful of components, where NumPy's per-call cost
+        # would dominate the ingestion rate
+        factor, offset = unit.factor, unit.offset
+        value = [v * factor + offset for v in reading.value]
+        low, high = self._bounds(sensor)
+        for k, v in enumerate(value):
+            if not math.isfinite(v):
+                return reject("non_finite", f"{sensor.id}: value not finite after unit conversion")
+            if v < low[k] or v > high[k]:
+                return reject(
+                    "out_of_range",
+                    f"{sensor.id}: component {k} = {v:.6g} (SI) outside [{low[k]:.6g}, "
+                    f"{high[k]:.6g}]",
+                )
         if sensor.kind == "body_pose":
-            norm = float(np.linalg.norm(value[3:]))
+            norm = math.sqrt(sum(q * q for q in value[3:]))
             if abs(norm - 1.0) > QUATERNION_TOLERANCE:
                 return reject("out_of_range", f"{sensor.id}: |quaternion| = {norm:.6g}, not 1")
         time = reading.time - self.time_origin
@@ -99,7 +110,7 @@ class Validator:
             return reject("non_finite", f"{sensor.id}: time not finite after the origin shift")
         recent = self.recent.setdefault(sensor.id, OrderedDict())
         if time in recent:
-            if np.array_equal(recent[time], value):
+            if recent[time] == value:
                 return Duplicate(sensor.id, time)
             return reject(
                 "out_of_order", f"{sensor.id}: another value at t = {time:.6f} s was accepted"
@@ -123,4 +134,4 @@ class Validator:
         recent[time] = value
         if len(recent) > RECENT:
             recent.popitem(last=False)
-        return Observation(sensor.id, time, value)
+        return Observation(sensor.id, time, np.array(value))
