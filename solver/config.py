@@ -343,6 +343,9 @@ class EnsembleConfig:
 @dataclass(frozen=True)
 class BodiesConfig:
     ensemble: EnsembleConfig
+    mesh: tuple[int, int, int] | None = None  # spatial decomposition: subdomains along x, y, z
+    # buffer sizes of the decomposition (None: sized from the scene; see body_distributed)
+    capacities: tuple[tuple[str, int], ...] = ()
 
     @classmethod
     def default(cls) -> BodiesConfig:
@@ -908,8 +911,26 @@ def _sweep_value(key: str, name: str, value: Any) -> float | tuple[float, float,
     return value
 
 
+BODY_CAPACITIES = ("capacity", "ghost_capacity", "migration_capacity", "cell_capacity",
+                   "max_partners")  # fmt: skip
+
+
 def _bodies(s: _Section) -> BodiesConfig:
-    return BodiesConfig(ensemble=_ensemble(_Section(s.key("ensemble"), s.raw("ensemble"))))
+    ensemble = _ensemble(_Section(s.key("ensemble"), s.raw("ensemble")))
+    mesh = s.data.get("mesh")
+    if mesh is not None:
+        if (not isinstance(mesh, (list, tuple)) or len(mesh) != 3
+                or not all(isinstance(m, int) and not isinstance(m, bool) and m >= 1
+                           for m in mesh)):  # fmt: skip
+            raise ConfigError(s.key("mesh"), mesh, "null or [mx, my, mz], integers >= 1")
+        mesh = tuple(mesh)
+        if ensemble.size > 1:
+            raise ConfigError(s.key("mesh"), list(mesh), "null with bodies.ensemble.size > 1")
+    capacities = []
+    for name in BODY_CAPACITIES:
+        if s.data.get(name) is not None:
+            capacities.append((name, s.integer(name)))
+    return BodiesConfig(ensemble=ensemble, mesh=mesh, capacities=tuple(capacities))
 
 
 CASE_PARSERS = {
