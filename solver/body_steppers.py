@@ -40,6 +40,10 @@ class SingleStepper:
     def snapshot(self) -> tuple[Bodies, np.ndarray]:
         return self.state.bodies, np.asarray(self.state.contact_count)
 
+    def set_bodies(self, bodies: Bodies) -> None:
+        """Continue from ``bodies`` (the twin moves kinematic bodies between chunks)."""
+        self.state = self.state.replace(bodies=bodies)
+
     def overflow(self) -> str | None:
         return overflow_message(self.setup, self.state)
 

@@ -968,6 +968,9 @@ def from_dict(data: dict) -> RunConfig:
         raise ConfigError(
             "case.variant", "beltrami", "vortex on a 2D lattice", hint="use fluid=d3q19"
         )
+    bodies = (
+        _bodies(_Section("bodies", data["bodies"])) if "bodies" in data else BodiesConfig.default()
+    )
     return RunConfig(
         case=case,
         fluid=fluid,
@@ -982,16 +985,12 @@ def from_dict(data: dict) -> RunConfig:
         chunk=root.integer("chunk"),
         seed=root.integer("seed", low=0),
         resolved=data,
-        bodies=(
-            _bodies(_Section("bodies", data["bodies"]))
-            if "bodies" in data
-            else BodiesConfig.default()
-        ),
-        twin=_twin(data.get("twin"), case),
+        bodies=bodies,
+        twin=_twin(data.get("twin"), case, bodies),
     )
 
 
-def _twin(data: Any, case: Any) -> TwinConfig | None:
+def _twin(data: Any, case: Any, bodies: BodiesConfig | None = None) -> TwinConfig | None:
     """The twin section (solver.twin.config); None when absent or ``mode: none``."""
     from solver.twin.config import parse_twin  # the twin package imports this module
 
@@ -999,7 +998,15 @@ def _twin(data: Any, case: Any) -> TwinConfig | None:
     if not twin.enabled:
         return None
     if getattr(case, "kind", "fluid") != "fluid":
-        raise ConfigError("twin.mode", twin.mode, "none for a rigid-body case (a fluid case)")
+        # a rigid-body case: kinematic bodies follow body_pose sensors (solver.twin.bodies)
+        if twin.enkf.enabled or twin.forecast.enabled:
+            key = "twin.enkf.enabled" if twin.enkf.enabled else "twin.forecast.enabled"
+            raise ConfigError(key, True, "false for a rigid-body case")
+        if bodies is not None and bodies.ensemble.size > 1:
+            raise ConfigError("twin.mode", twin.mode, "none with bodies.ensemble.size > 1")
+        if not any(s.kind == "body_pose" for s in twin.sensors.values()):
+            raise ConfigError("twin.sensors", sorted(twin.sensors),
+                              "a body_pose sensor for a rigid-body case")  # fmt: skip
     return twin
 
 
