@@ -5,6 +5,8 @@
                            [--repeats 5] [--json PATH]
     python -m solver.bench scaling ...   (weak and strong scaling: see solver/bench_scaling.py)
     python -m solver.bench checkpoint ...   (cost of checkpoints: see solver/bench_checkpoint.py)
+    python -m solver.bench bodies ...   (rigid-body step throughput: see solver/bench_bodies.py)
+    python -m solver.bench twin ...   (sensor ingestion rate: see solver/bench_twin.py)
 
 For every lattice, precision, case and size it times the real solver chunk
 (``solver.fluid_step.make_chunk`` on a ``FluidSetup``, jitted with the state donated, as the run
@@ -303,6 +305,14 @@ def main(argv: list[str] | None = None) -> int:
         from solver.bench_checkpoint import main as checkpoint_main
 
         return checkpoint_main(argv[1:])
+    if argv[:1] == ["twin"]:
+        from solver.bench_twin import main as twin_main
+
+        return twin_main(argv[1:])
+    if argv[:1] == ["bodies"]:
+        from solver.bench_bodies import main as bodies_main
+
+        return bodies_main(argv[1:])
     args = parse_args(argv)
     cases = CASES if args.case == "both" else (args.case,)
     devices = jax.devices()

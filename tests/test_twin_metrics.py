@@ -43,7 +43,7 @@ def test_counters_follow_the_totals():
 def test_metrics_are_served_while_a_twin_runs(tmp_path):
     port = free_port()
     command = [sys.executable, "-m", "solver", "case=cylinder", "twin=replay",
-               "twin.compare_free_run=false", f"twin.metrics_port={port}", "case.duration=0.6",
+               "twin.compare_free_run=false", f"twin.metrics_port={port}", "case.duration=0.3",
                "checkpoint=none", "output=none", f"hydra.run.dir={tmp_path}"]  # fmt: skip
     log = tmp_path / "solver.log"
     seen = []

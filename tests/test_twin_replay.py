@@ -137,7 +137,7 @@ def test_twin_experiment_assimilation_beats_the_free_run(tmp_path):
          "twin.sensors.a.position"),
         (["twin.recording=/nonexistent/recording.csv"], "twin.recording"),
         (["twin.mode=sideways"], "twin.mode"),
-        (["case=bounce"], "twin.mode"),
+        (["case=bounce"], "twin.sensors"),  # a body case takes body_pose sensors only
     ],
 )  # fmt: skip
 def test_bad_twin_config_is_a_one_line_error(tmp_path, overrides, key):
