@@ -25,7 +25,8 @@ from solver.config import ConfigError
 from solver.twin.config import TwinConfig
 from solver.twin.ingest import Ingestor
 from solver.twin.quarantine import Quarantine
-from solver.twin.replay import ReplaySource, row_rejection
+from solver.twin.replay import ReplaySource
+from solver.twin.sources import take_due
 from solver.twin.validate import Observation, Validator
 
 log = logging.getLogger("solver.twin")
@@ -86,23 +87,10 @@ class BodyTwin:
         return None if self.every_steps is None else self.every_steps - step % self.every_steps
 
     def _ingest(self, now: float) -> list[Observation]:
-        accepted: list[Observation] = []
-        if self.config.mode == "replay":
-            for record in self.source.due(now):
-                if record.problem is not None:
-                    self.ingestor.counts["messages"] += 1
-                    self.ingestor.counts["readings"] += 1
-                    self.ingestor.counts["rejected"] += 1
-                    self.ingestor.quarantine.add(row_rejection(record), record.label)
-                else:
-                    accepted += self.ingestor.ingest(record.raw, record.label, now)
-        else:
-            deliveries = self.source.drain()
+        clock = None
+        if self.config.mode == "mqtt":
             clock = time.time() - (self.config.time_origin or 0.0)
-            for d in deliveries:
-                accepted += self.ingestor.ingest(d.payload, d.topic, clock)
-            self.ingestor.quarantine.sync()
-            self.source.acknowledge(deliveries)
+        accepted = take_due(self.source, self.ingestor, now, clock)
         for obs in accepted:
             self.latest[obs.sensor] = obs
         return accepted

@@ -43,7 +43,8 @@ from solver.progress import Progress
 from solver.simulation import Outcome
 from solver.twin.ingest import Ingestor
 from solver.twin.quarantine import Quarantine
-from solver.twin.replay import ReplaySource, row_rejection
+from solver.twin.replay import ReplaySource
+from solver.twin.sources import take_due
 from solver.twin.validate import Validator
 
 log = logging.getLogger("solver.twin")
@@ -196,15 +197,7 @@ def run_ensemble(config: RunConfig, output_dir: Path, extra: dict | None = None)
             states = advance_jit(states, scale, n)
             done += n
             now = done * units.dt
-            fresh = []
-            for record in source.due(now):
-                if record.problem is not None:
-                    ingestor.counts["messages"] += 1
-                    ingestor.counts["readings"] += 1
-                    ingestor.counts["rejected"] += 1
-                    ingestor.quarantine.add(row_rejection(record), record.label)
-                else:
-                    fresh += ingestor.ingest(record.raw, record.label, now)
+            fresh = take_due(source, ingestor, now)
             u = np.asarray(sample(states, scale), dtype=np.float64)  # (E, P, d)
             mean, spread = u.mean(0), u.std(0, ddof=1)
             y = np.zeros(n_probe_obs + 1)

@@ -160,6 +160,11 @@ class MqttSource:
             count = len(self._queue) if limit is None else min(limit, len(self._queue))
             return [self._queue.popleft() for _ in range(count)]
 
+    def oldest_arrival(self) -> float | None:
+        """Wall-clock arrival time of the oldest waiting message (None: nothing waits)."""
+        with self._lock:
+            return self._queue[0].received if self._queue else None
+
     def pending(self) -> int:
         with self._lock:
             return len(self._queue)

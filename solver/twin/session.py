@@ -32,7 +32,8 @@ from solver.fluid_step import macroscopic
 from solver.twin.config import TwinConfig
 from solver.twin.ingest import Ingestor
 from solver.twin.quarantine import Quarantine
-from solver.twin.replay import ReplaySource, row_rejection
+from solver.twin.replay import ReplaySource
+from solver.twin.sources import take_due
 from solver.twin.validate import Observation, Validator
 
 log = logging.getLogger("solver.twin")
@@ -270,31 +271,19 @@ class TwinHook:
         return state, geometry
 
     def _ingest(self, now: float) -> list[Observation]:
-        accepted: list[Observation] = []
-        if self.config.mode == "replay":
-            for record in self.source.due(now):
-                if record.problem is not None:
-                    self.ingestor.counts["messages"] += 1
-                    self.ingestor.counts["readings"] += 1
-                    self.ingestor.counts["rejected"] += 1
-                    self.ingestor.quarantine.add(row_rejection(record), record.label)
-                    continue
-                accepted += self.ingestor.ingest(record.raw, record.label, now)
-        else:
+        clock = None
+        if self.config.mode == "mqtt":
             self._pace(now)
-            deliveries = self.source.drain()
-            wall = time.time()
-            arrival_lag = max((wall - d.received for d in deliveries), default=0.0)
-            self._lag_s = max(self._lag_s, arrival_lag) if self.config.pace else arrival_lag
             # on a live clock, a reading's age is judged against the wall clock: a run that lags
             # (compiling, slower than real time) must not call the present "the future"
-            clock = time.time() - self.time_origin if self.config.time_origin is None else now
-            for delivery in deliveries:
-                accepted += self.ingestor.ingest(delivery.payload, delivery.topic, clock)
-            self.ingestor.quarantine.sync()
-            self.source.acknowledge(deliveries)
+            if self.config.time_origin is None:
+                clock = time.time() - self.time_origin
+            waiting = self.source.oldest_arrival()
+        accepted = take_due(self.source, self.ingestor, now, clock)
         if self.config.mode == "replay":
             self._lag_s = self.source.lag_s
+        elif not self.config.pace:
+            self._lag_s = 0.0 if waiting is None else time.time() - waiting
         for obs in accepted:
             self.latest[obs.sensor] = obs
         return accepted
