@@ -3,7 +3,7 @@
 Both steppers offer the same four operations to the run loop (``solver.body_simulation``):
 ``advance(n)`` -> per-step diagnostics (host), ``snapshot()`` -> (bodies, contact counts) on the
 host in body order, ``overflow()`` -> a message or None, and ``initial`` (the diagnostics at
-step 0). The spatial stepper (``bodies.mesh``) uses ``solver.body_distributed``; its step-0
+step 0). The spatial stepper (``bodies.mesh``) uses ``solver.distributed.bodies``; its step-0
 diagnostics come from the single-device evaluation of the same state, which is the reference
 the decomposition is checked against.
 """
@@ -54,7 +54,7 @@ class SpatialStepper:
     def __init__(
         self, setup: BodySetup, bodies: Bodies, mesh: tuple[int, int, int], capacities: dict
     ) -> None:
-        from solver import body_distributed as bd
+        from solver.distributed import bodies as bd
 
         if not setup.spheres_only:
             raise ConfigError("bodies.mesh", list(mesh), "null for a scene with clumps (not yet "

@@ -344,7 +344,7 @@ class EnsembleConfig:
 class BodiesConfig:
     ensemble: EnsembleConfig
     mesh: tuple[int, int, int] | None = None  # spatial decomposition: subdomains along x, y, z
-    # buffer sizes of the decomposition (None: sized from the scene; see body_distributed)
+    # buffer sizes of the decomposition (None: sized from the scene; see solver/distributed/bodies)
     capacities: tuple[tuple[str, int], ...] = ()
 
     @classmethod

@@ -31,7 +31,7 @@ import numpy as np  # noqa: E402
 from kernels.neighbor_search import CellGrid  # noqa: E402
 from kernels.rigid_body import Bodies  # noqa: E402
 from solver import body_step as bs  # noqa: E402
-from solver.body_distributed import BodyOverflowError, simulate_spatial  # noqa: E402
+from solver.distributed.bodies import BodyOverflowError, simulate_spatial  # noqa: E402
 from solver.distributed.runtime import start  # noqa: E402
 
 BOX = 0.2  # m, cube edge

@@ -7,7 +7,7 @@ and touch ghosts in every run (both asserted). The single-device reference is co
 here and handed to the workers.
 
 Equality bound. A pair's force is evaluated with the single-device operand order and summed onto
-a body in the single-device order (solver/body_distributed/forces.py), so the runs differ only
+a body in the single-device order (solver/distributed/bodies/forces.py), so the runs differ only
 where XLA:CPU rounds an elementwise expression differently for arrays of another length, mostly
 fused multiply-adds in vectorised loops: the last bits of some pair forces (measured on one
 state: 91 of 343 bodies' forces differ, by <= 1.4e-15 N; 12 with FMA off). Contacts then
@@ -33,9 +33,9 @@ from body_decomposition_worker import reference, scene
 from mpi import mpirun
 
 from solver import body_step as bs
-from solver.body_distributed import BodyOverflowError, plan_layout
-from solver.body_distributed.run import host_subdomains
 from solver.config import ConfigError
+from solver.distributed.bodies import BodyOverflowError, plan_layout
+from solver.distributed.bodies.run import host_subdomains
 
 WORKER = str(Path(__file__).resolve().parent / "body_decomposition_worker.py")
 ROOT = Path(__file__).resolve().parent.parent

@@ -31,8 +31,8 @@ from kernels import rigid_body
 from kernels.contact import sphere_plane, sphere_sphere
 from kernels.neighbor_search import NEIGHBOR_OFFSETS, CellGrid, bin_bodies, cell_coordinates
 from kernels.rigid_body import Bodies
-from solver.body_distributed.records import BODY_FIELDS
 from solver.body_step import BodySetup, ContactParams, _mass_inverse, _pair_laws, carry_history
+from solver.distributed.bodies.records import BODY_FIELDS
 
 
 class LocalContacts(NamedTuple):

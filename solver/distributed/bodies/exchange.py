@@ -22,9 +22,9 @@ import jax.numpy as jnp
 from jax import Array, lax
 
 from kernels.rigid_body import Bodies
-from solver.body_distributed import records
-from solver.body_distributed.layout import BodyLayout
-from solver.body_distributed.records import SubdomainState
+from solver.distributed.bodies import records
+from solver.distributed.bodies.layout import BodyLayout
+from solver.distributed.bodies.records import SubdomainState
 
 
 def mesh_coords(layout: BodyLayout) -> Array:

@@ -21,11 +21,11 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from kernels.rigid_body import Bodies
-from solver.body_distributed import records
-from solver.body_distributed.layout import CAPACITY_NAMES, BodyLayout, plan_layout
-from solver.body_distributed.records import SubdomainState
-from solver.body_distributed.step import SpatialDiagnostics, make_local_chunk, make_local_initial
 from solver.body_step import BodySetup, ContactParams
+from solver.distributed.bodies import records
+from solver.distributed.bodies.layout import CAPACITY_NAMES, BodyLayout, plan_layout
+from solver.distributed.bodies.records import SubdomainState
+from solver.distributed.bodies.step import SpatialDiagnostics, make_local_chunk, make_local_initial
 
 OVERFLOW_KEYS = {
     "owned": "bodies.capacity",

@@ -9,8 +9,8 @@ for a run loop ``device_mesh``, ``place``, ``compile_initial``, ``compile_chunk`
 ``overflow_table``, ``overflow_message``, ``gather``.
 """
 
-from solver.body_distributed.layout import BodyLayout, plan_layout
-from solver.body_distributed.run import (
+from solver.distributed.bodies.layout import BodyLayout, plan_layout
+from solver.distributed.bodies.run import (
     BodyOverflowError,
     SpatialResult,
     compile_chunk,
@@ -22,7 +22,7 @@ from solver.body_distributed.run import (
     place,
     simulate_spatial,
 )
-from solver.body_distributed.step import SpatialDiagnostics
+from solver.distributed.bodies.step import SpatialDiagnostics
 
 __all__ = [
     "BodyLayout",

@@ -23,11 +23,11 @@ from jax import Array, lax
 
 from kernels import rigid_body
 from kernels.rigid_body import Bodies
-from solver.body_distributed import exchange
-from solver.body_distributed.forces import local_contacts
-from solver.body_distributed.layout import BodyLayout
-from solver.body_distributed.records import SubdomainState
 from solver.body_step import BodySetup, ContactParams
+from solver.distributed.bodies import exchange
+from solver.distributed.bodies.forces import local_contacts
+from solver.distributed.bodies.layout import BodyLayout
+from solver.distributed.bodies.records import SubdomainState
 
 
 class SpatialDiagnostics(NamedTuple):
