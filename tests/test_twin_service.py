@@ -32,7 +32,8 @@ def _metric(port: int, name: str) -> float | None:
 
 
 def _service(broker_port: int, metrics_port: int, run_dir, log_path) -> subprocess.Popen:
-    command = [sys.executable, "-m", "solver", "case=cylinder", "twin=mqtt",
+    command = [sys.executable, "-m", "solver", "case=cylinder", "case.resolution=10",
+               "fluid.collision=bgk", "twin=mqtt",  # a coarse grid: quick to compile and run
                "twin.mqtt.host=127.0.0.1", f"twin.mqtt.port={broker_port}",
                f"twin.metrics_port={metrics_port}", "twin.mqtt.reconnect_min_s=0.1",
                "output.every=600", "chunk=50", "twin.time_origin=0.0", "twin.pace=null",
