@@ -243,7 +243,7 @@ def _material_dict(m: MaterialConfig) -> dict:
     }
 
 
-def _contact_dt(dt: float | None, stable: float, contact_model: str) -> float:
+def contact_dt(dt: float | None, stable: float, contact_model: str) -> float:
     """The case's dt: DT_FRACTION of the stable step for None; above the stable step an error."""
     if dt is None:
         return DT_FRACTION * stable
@@ -368,17 +368,7 @@ def _bounce(case: BounceConfig) -> BodyCase:
         return setup_from_scene(scene, grid, dt, skin, gravity, case.contact_model, case.stiffness)
 
     stable = stable_time_step(setup_for(1e-300), arrays.mass)
-    if case.dt is None:
-        dt = DT_FRACTION * stable
-    elif case.dt > stable:
-        raise ConfigError(
-            "case.dt",
-            case.dt,
-            f"<= {stable:.4g} s (the stable step of the {case.contact_model} contact)",
-            hint=f"use case.dt={DT_FRACTION * stable:.3g} or case.dt=null",
-        )
-    else:
-        dt = case.dt
+    dt = contact_dt(case.dt, stable, case.contact_model)
     setup = setup_for(dt)
     e2 = m.restitution**2
 
@@ -613,7 +603,7 @@ def _incline(case: InclineConfig) -> BodyCase:
         return setup_from_scene(scene, grid, dt, skin, gravity, case.contact_model, case.stiffness)
 
     stable = stable_time_step(setup_for(1e-300), arrays.mass, _moments(bodies))
-    dt = _contact_dt(case.dt, stable, case.contact_model)
+    dt = contact_dt(case.dt, stable, case.contact_model)
     setup = setup_for(dt)
 
     def diagnose(times: np.ndarray, positions: np.ndarray, series: dict) -> dict:
@@ -693,7 +683,7 @@ def _cradle(case: CradleConfig) -> BodyCase:
                                 case.stiffness)  # fmt: skip
 
     stable = stable_time_step(setup_for(1e-300), arrays.mass)
-    dt = _contact_dt(case.dt, stable, case.contact_model)
+    dt = contact_dt(case.dt, stable, case.contact_model)
     setup = setup_for(dt)
     p0 = float(arrays.mass[0] * v0)
 
@@ -826,7 +816,7 @@ def _box_fill(case: BoxFillConfig, seed: int) -> BodyCase:
         )
 
     stable = stable_time_step(setup_for(1e-300), arrays.mass, _moments(bodies))
-    dt = _contact_dt(case.dt, stable, case.contact_model)
+    dt = contact_dt(case.dt, stable, case.contact_model)
     setup = setup_for(dt)
     area = float(size[0] * size[1])
 

@@ -30,7 +30,6 @@ from solver.config import ConfigError, SceneCaseConfig
 from solver.packings import check_overlaps, clump_lattice, random_spheres_in_box
 from solver.scene import Scene, load_scene, scene_from_dict
 
-DT_FRACTION = 0.5  # dt = null: this fraction of the stable step (as solver.body_cases)
 MAX_CELLS = 1 << 22  # a larger grid uses larger cells instead of more
 MARGIN_EXTENT_FACTOR = 2.0  # automatic margin at most this many scene extents
 GENERATORS = ("random_spheres", "clump_lattice")
@@ -38,7 +37,7 @@ GENERATORS = ("random_spheres", "clump_lattice")
 
 def build_scene_case(case: SceneCaseConfig):
     """The BodyCase (solver.body_cases) of a scene config."""
-    from solver.body_cases import BodyCase, initial_bodies, setup_from_scene
+    from solver.body_cases import BodyCase, contact_dt, initial_bodies, setup_from_scene
 
     scene = scene_of(case)
     check_overlaps(scene, tolerance=case.overlap_tolerance, key_prefix="case")
@@ -76,17 +75,7 @@ def build_scene_case(case: SceneCaseConfig):
     with np.errstate(divide="ignore"):
         moments = np.where(inverse > 0, 1.0 / inverse, np.inf)  # inf: does not turn
     stable = stable_time_step(setup_for(1e-300), arrays.mass, moments)
-    if case.dt is None:
-        dt = DT_FRACTION * stable
-    elif case.dt > stable:
-        raise ConfigError(
-            "case.dt",
-            case.dt,
-            f"<= {stable:.4g} s (the stable step of the {case.contact_model} contact)",
-            hint=f"use case.dt={DT_FRACTION * stable:.3g} or case.dt=null",
-        )
-    else:
-        dt = case.dt
+    dt = contact_dt(case.dt, stable, case.contact_model)
     if not math.isfinite(dt):
         raise ConfigError("case.dt", None, "a number when no body can touch anything (no mass)")
     setup = setup_for(dt)
