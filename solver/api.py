@@ -16,8 +16,8 @@ from pathlib import Path
 import numpy as np
 
 from solver.app import CONFIG_DIR, enable_precision
-from solver.cases import Case
 from solver.config import RunConfig, load
+from solver.fluid.cases import Case
 from solver.simulation import DivergenceError, simulate
 
 __all__ = ["RunResult", "DivergenceError", "compose_config", "run"]

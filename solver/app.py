@@ -110,7 +110,8 @@ def summary_lines(summary: dict) -> list[str]:
 def _hydra_main(cfg: DictConfig) -> None:
     from hydra.core.hydra_config import HydraConfig
 
-    from solver.config import ConfigError, load
+    from solver.config import load
+    from solver.errors import ConfigError
 
     output_dir = Path(HydraConfig.get().runtime.output_dir)
     logging.getLogger("jax._src.xla_bridge").setLevel(logging.WARNING)  # no TPU/GPU probe noise
@@ -153,11 +154,11 @@ def _hydra_main(cfg: DictConfig) -> None:
 
 def _run_bodies(config, output_dir: Path) -> None:
     """A rigid-body case (no lattice; the fluid settings are ignored): float64, no checkpoints."""
-    from solver.config import ConfigError
+    from solver.errors import ConfigError
 
     enable_precision("float64")
-    from solver.body_simulation import BodyOverflowError, simulate_bodies
-    from solver.body_simulation import summary_lines as body_summary_lines
+    from solver.bodies.simulation import BodyOverflowError, simulate_bodies
+    from solver.bodies.simulation import summary_lines as body_summary_lines
 
     try:
         outcome = simulate_bodies(config, output_dir)

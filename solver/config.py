@@ -4,7 +4,7 @@ This is the only module that reads Hydra/OmegaConf objects. ``load(cfg)`` turns 
 ``DictConfig`` into frozen dataclasses and checks every value before anything is traced; a bad
 value raises ``ConfigError`` whose message is one line naming the key, the value and the allowed
 range. Checks that need the unit conversion (tau, Mach, cells per diameter) happen when a case is
-built (``solver.cases``), still before tracing, and raise the same error.
+built (``solver.fluid.cases``), still before tracing, and raise the same error.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from kernels.lattices import LATTICES
+from solver.errors import ConfigError
 
 if TYPE_CHECKING:
     from solver.twin.config import TwinConfig
@@ -24,22 +25,8 @@ PNG_FIELDS = ("auto", "speed", "vorticity")
 INFLOWS = ("parabolic", "uniform")
 TG_VARIANTS = ("vortex", "beltrami")
 MAX_MACH = 0.3
-CONTACT_MODELS = ("hertz", "linear")  # = solver.body_step.CONTACT_MODELS (not imported: JAX-free)
+CONTACT_MODELS = ("hertz", "linear")  # = solver.bodies.step.CONTACT_MODELS (not imported: JAX-free)
 INCLINE_SHAPES = ("sphere", "clump")
-
-
-class ConfigError(ValueError):
-    """A configuration value outside its allowed range.
-
-    The message is a single line: ``<key> = <value>: allowed <allowed>[; hint]``.
-    """
-
-    def __init__(self, key: str, value: Any, allowed: str, hint: str = "") -> None:
-        self.key, self.value, self.allowed, self.hint = key, value, allowed, hint
-        message = f"{key} = {value!r}: allowed {allowed}"
-        if hint:
-            message += f"; {hint}"
-        super().__init__(message)
 
 
 # --- typed config ------------------------------------------------------------------------------
@@ -289,13 +276,15 @@ class CradleConfig:
 class SceneCaseConfig:
     """Rigid bodies listed in the config, read from a YAML/HDF5 file or generated (a packing).
 
-    The scene parts stay plain data here; solver.body_scene_case validates them (solver.scene,
-    solver.packings) with errors naming ``case.<key>``.
+    The scene parts stay plain data here; solver.bodies.scene_case validates them (bodies.scene,
+    solver.bodies.packings) with errors naming ``case.<key>``.
     """
 
     file: str | None  # absolute path of a .yaml/.yml/.h5/.hdf5 scene, or None
-    materials: dict  # name -> material mapping (solver.scene's mapping form)
-    bodies: tuple  # body mappings (solver.scene's mapping form): the scene without file/generate
+    materials: dict  # name -> material mapping (solver.bodies.scene's mapping form)
+    bodies: (
+        tuple  # body mappings (solver.bodies.scene's mapping form): the scene without file/generate
+    )
     generate: dict | None  # {kind: random_spheres | clump_lattice, ...} or None
     extra_bodies: tuple  # body mappings added to the file's or generated ones (walls, planes)
     gravity: tuple[float, float, float]  # m/s^2
@@ -324,7 +313,7 @@ ENSEMBLE_SWEEP = {  # name -> allowed range text; gravity: a number g (along -z)
 
 @dataclass(frozen=True)
 class EnsembleConfig:
-    """E independent members of one body case run as one vmapped program (solver.body_ensemble)."""
+    """E independent members of one body case run as one vmapped program (bodies.ensemble)."""
 
     size: int  # members E >= 1
     perturb_position: float  # m, Gaussian std per component of each dynamic body's position
@@ -699,7 +688,7 @@ def _bounce(s: _Section) -> BounceConfig:
         contact_model=s.choice("contact_model", CONTACT_MODELS),
         stiffness=s.positive("stiffness"),
         duration=s.positive("duration"),
-        # the stability limit of the contact is checked when the case is built (solver.body_cases)
+        # the stability limit of the contact is checked when the case is built (solver.bodies.cases)
         dt=s.number("dt", low=0.0, allow_none=True),
         output_every=s.integer("output_every", allow_none=True),
     )

@@ -23,17 +23,17 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from solver.cases import Case, RunData, build_case
 from solver.checkpoint.preemption import StopRequests
 from solver.checkpoint.session import RunCheckpoints
 from solver.config import RunConfig
 from solver.distributed.distribution import distribute
 from solver.distributed.runtime import Runtime, start
-from solver.fluid_step import initial_state, macroscopic
+from solver.fluid.cases import Case, RunData, build_case
+from solver.fluid.step import initial_state, macroscopic
 from solver.output.fields import FieldWriter
 from solver.output.plots import save_field_png
+from solver.output.progress import Progress
 from solver.output.summary import ForceLog, write_run_json
-from solver.progress import Progress
 
 log = logging.getLogger("solver")
 

@@ -5,7 +5,7 @@
     python tests/body_decomposition_worker.py --overflow 2,2,2          (a too small buffer)
     python tests/body_decomposition_worker.py --save-reference ref.npz  (then --reference ref.npz)
 
-Every process runs the single-device reference (solver.body_step) itself; process 0 compares.
+Every process runs the single-device reference (solver.bodies.step) itself; process 0 compares.
 Meshes needing more devices than exist, or (with several processes) another shard count than
 the process count, are skipped.
 """
@@ -30,7 +30,7 @@ import numpy as np  # noqa: E402
 
 from kernels.neighbor_search import CellGrid  # noqa: E402
 from kernels.rigid_body import Bodies  # noqa: E402
-from solver import body_step as bs  # noqa: E402
+from solver.bodies import step as bs  # noqa: E402
 from solver.distributed.bodies import BodyOverflowError, simulate_spatial  # noqa: E402
 from solver.distributed.runtime import start  # noqa: E402
 
@@ -121,7 +121,7 @@ FIELDS = ("position", "velocity", "orientation", "angular_momentum")
 
 
 def reference(setup: bs.BodySetup, bodies: Bodies, steps: int) -> dict:
-    """The single-device run (solver.body_step): final fields by body id, kinetic energy."""
+    """The single-device run (solver.bodies.step): final fields by body id, kinetic energy."""
     chunk = jax.jit(bs.make_body_chunk(setup), static_argnums=1)
     state, diagnostics = chunk(bs.initial_state(setup, bodies), steps)
     message = bs.overflow_message(setup, state)

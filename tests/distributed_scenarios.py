@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from kernels.lattices import LATTICES
-from solver.fluid_setup import BodyForce, FluidSetup, OpenBoundary
+from solver.fluid.setup import BodyForce, FluidSetup, OpenBoundary
 
 SCENARIOS = ("periodic", "channel", "curved")
 SHAPES = {2: (16, 12), 3: (8, 8, 4)}

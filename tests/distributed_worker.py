@@ -27,7 +27,7 @@ from distributed_scenarios import SCENARIOS, scenario  # noqa: E402
 from solver.distributed.decomposition import Decomposition  # noqa: E402
 from solver.distributed.distribution import Distribution  # noqa: E402
 from solver.distributed.runtime import start  # noqa: E402
-from solver.fluid_step import initial_state, make_chunk, make_geometry  # noqa: E402
+from solver.fluid.step import initial_state, make_chunk, make_geometry  # noqa: E402
 
 
 def main() -> None:

@@ -1,11 +1,11 @@
-"""Checks that the closed-form solutions in solver.analytic satisfy their equations."""
+"""Checks that the closed-form solutions in solver.fluid.analytic satisfy their equations."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from solver import analytic
+from solver.fluid import analytic
 
 # Finite-difference checks use a fine grid; their truncation error sets these tolerances.
 FD_RTOL = 1e-3  # central differences in y and t at h = H/800, dt = 1e-4: error ~ h^2

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from solver import bench_bodies as bb
+from solver.bench import bodies as bb
 
 ROOT = Path(__file__).resolve().parent.parent
 SIZE = 64  # one packing: each size costs a compilation (the ratio is tested on its own)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from solver.bench_twin import core_rate, live_rate, main
+from solver.bench.twin import core_rate, live_rate, main
 
 
 def test_core_and_live_ingestion_count_every_reading(tmp_path, capsys):

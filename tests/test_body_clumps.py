@@ -1,4 +1,4 @@
-"""Clumps in the rigid-body step (solver/body_step.py) and the incline / box_fill cases (float64).
+"""Clumps in the rigid-body step (solver/bodies/step.py) and the incline / box_fill cases (float64).
 
 Soft material (E = 1e7 Pa) keeps the Hertz contact a few ms long, so each scene runs in a few
 thousand steps.
@@ -15,17 +15,17 @@ import pytest
 from kernels import clump, quaternion, rigid_body
 from kernels.neighbor_search import CellGrid
 from kernels.rigid_body import Bodies
-from solver import body_cases as bc
-from solver import body_step as bs
+from solver.bodies import cases as bc
+from solver.bodies import step as bs
+from solver.bodies.packings import member_centres
+from solver.bodies.scene import scene_from_dict
 from solver.config import (
     BoxFillConfig,
-    ConfigError,
     InclineConfig,
     MaterialConfig,
     RunConfig,
 )
-from solver.packings import member_centres
-from solver.scene import scene_from_dict
+from solver.errors import ConfigError
 
 RADIUS, DENSITY, YOUNG, POISSON = 0.01, 7800.0, 1.0e7, 0.3
 G = 9.81

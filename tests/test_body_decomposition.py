@@ -1,4 +1,4 @@
-"""One body scene split over a device mesh equals the single-device run (solver.body_step).
+"""One body scene split over a device mesh equals the single-device run (solver.bodies.step).
 
 The scene (tests/body_decomposition_worker.py): 216 spheres of two sizes in a walled box with
 gravity, random velocities (3 m/s) and spins, Hertz-Mindlin contacts with friction and rolling
@@ -32,10 +32,10 @@ import pytest
 from body_decomposition_worker import reference, scene
 from mpi import mpirun
 
-from solver import body_step as bs
-from solver.config import ConfigError
+from solver.bodies import step as bs
 from solver.distributed.bodies import BodyOverflowError, plan_layout
 from solver.distributed.bodies.run import host_subdomains
+from solver.errors import ConfigError
 
 WORKER = str(Path(__file__).resolve().parent / "body_decomposition_worker.py")
 ROOT = Path(__file__).resolve().parent.parent

@@ -1,4 +1,4 @@
-"""Ensembles of body cases (solver.body_ensemble): members against single runs, sharding, sweeps,
+"""Ensembles of body cases (solver.bodies.ensemble): members against single runs, sharding, sweeps,
 perturbations and bad ensemble configs through the app."""
 
 from __future__ import annotations
@@ -10,10 +10,11 @@ import numpy as np
 import pytest
 from solver_cli import run_solver
 
-from solver.body_cases import build_body_case
-from solver.body_ensemble import build_members, perturbed_bodies
-from solver.body_simulation import simulate_bodies
-from solver.config import ConfigError, load
+from solver.bodies.cases import build_body_case
+from solver.bodies.ensemble import build_members, perturbed_bodies
+from solver.bodies.simulation import simulate_bodies
+from solver.config import load
+from solver.errors import ConfigError
 
 # A short bounce: a 1 cm drop touches the plane at 45 ms and reaches its rebound apex within 0.1 s.
 BOUNCE = ("case=bounce", "case.drop_height=0.01", "case.duration=0.1", "case.output_every=100")
@@ -204,8 +205,8 @@ def test_unknown_sweep_material_names_the_key():
 
 
 def test_overflow_report_names_the_member():
-    from solver.body_ensemble import member_overflow
-    from solver.body_step import Overflow
+    from solver.bodies.ensemble import member_overflow
+    from solver.bodies.step import Overflow
 
     setup = build_body_case(compose("case=cradle")).setup
     capacity = setup.grid.capacity

@@ -1,4 +1,4 @@
-"""The `scene` body case (solver.body_scene_case): scenes from YAML/HDF5 files, generated packings
+"""The `scene` body case (solver.bodies.scene_case): scenes from YAML/HDF5 files, generated packings
 and inline bodies, through the app and in-process."""
 
 from __future__ import annotations
@@ -9,11 +9,12 @@ import numpy as np
 import pytest
 from solver_cli import ROOT, run_solver
 
-from solver.body_cases import build_body_case
-from solver.body_scene_case import bodies_outside, grid_for_scene
-from solver.config import ConfigError, load
-from solver.packings import overlapping_pairs
-from solver.scene import load_scene, save_scene, scene_from_dict
+from solver.bodies.cases import build_body_case
+from solver.bodies.packings import overlapping_pairs
+from solver.bodies.scene import load_scene, save_scene, scene_from_dict
+from solver.bodies.scene_case import bodies_outside, grid_for_scene
+from solver.config import load
+from solver.errors import ConfigError
 
 GLASS = {"young": 1.0e8, "poisson": 0.25, "density": 2500.0, "restitution": 0.5, "friction": 0.3}
 

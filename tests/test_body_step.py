@@ -1,4 +1,4 @@
-"""The composed rigid-body step (solver/body_step.py) against analytic mechanics (float64).
+"""The composed rigid-body step (solver/bodies/step.py) against analytic mechanics (float64).
 
 Soft spheres (E = 1e7 Pa, steel density) keep the Hertz contact about 2-3 ms long, so dt = 1e-5 to
 2e-5 s resolves it with 100-300 steps and every scene stays at a few thousand steps.
@@ -14,7 +14,7 @@ import pytest
 from kernels import contact_models as cm
 from kernels.neighbor_search import CellGrid
 from kernels.rigid_body import Bodies
-from solver import body_step as bs
+from solver.bodies import step as bs
 
 RADIUS, DENSITY, YOUNG, POISSON = 0.01, 7800.0, 1.0e7, 0.3
 MASS = 4.0 / 3.0 * math.pi * RADIUS**3 * DENSITY

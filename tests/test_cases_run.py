@@ -7,9 +7,9 @@ import pytest
 
 from kernels.lattices import D2Q9
 from solver.api import compose_config, run
-from solver.cases import build_case
-from solver.cases.cylinder import circle_link_fractions, coefficient_statistics
-from solver.units import UnitConverter
+from solver.fluid.cases import build_case
+from solver.fluid.cases.cylinder import circle_link_fractions, coefficient_statistics
+from solver.fluid.units import UnitConverter
 
 TINY = {
     "taylor_green": ["case=taylor_green", "case.resolution=8"],

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from solver.api import compose_config
-from solver.cases import build_case
-from solver.config import ConfigError
+from solver.errors import ConfigError
+from solver.fluid.cases import build_case
 
 
 def _error(overrides: list[str]) -> ConfigError:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from solver.config import ConfigError
 from solver.distributed.decomposition import Decomposition, choose_mesh
 from solver.distributed.runtime import launch_environment
+from solver.errors import ConfigError
 
 
 @pytest.mark.parametrize(

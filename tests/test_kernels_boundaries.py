@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from kernels.lattices import D2Q9, D3Q19, D3Q27
-from solver.fluid_setup import BodyForce, FluidSetup, OpenBoundary
-from solver.fluid_step import initial_state, macroscopic, make_chunk, make_geometry
+from solver.fluid.setup import BodyForce, FluidSetup, OpenBoundary
+from solver.fluid.step import initial_state, macroscopic, make_chunk, make_geometry
 
 # float64 round-off after thousands of steps; the steady state is exact to this level.
 STEADY_EXACT = 1e-9

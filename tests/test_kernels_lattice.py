@@ -117,8 +117,8 @@ def test_stream_moves_each_population_along_its_velocity(lat):
 @pytest.mark.parametrize("lat", ALL, ids=lambda lat: lat.name)
 def test_stress_of_first_order_populations_is_newtonian(lat):
     """Populations built from a velocity gradient carry sigma = rho nu (grad u + grad u^T)."""
-    from solver.fluid_setup import FluidSetup
-    from solver.fluid_step import initial_state
+    from solver.fluid.setup import FluidSetup
+    from solver.fluid.step import initial_state
 
     shape = (3, 3, 3)[: lat.d]
     tau = 0.8

@@ -7,9 +7,9 @@ import copy
 import numpy as np
 import pytest
 
-from solver.config import ConfigError
-from solver.packings import check_overlaps, clump_lattice, random_spheres_in_box
-from solver.scene import BodySpec, Scene, load_scene, save_scene, scene_from_dict
+from solver.bodies.packings import check_overlaps, clump_lattice, random_spheres_in_box
+from solver.bodies.scene import BodySpec, Scene, load_scene, save_scene, scene_from_dict
+from solver.errors import ConfigError
 
 STEEL = {"young": 2e11, "poisson": 0.3, "density": 7800.0, "restitution": 0.9, "friction": 0.3}
 SCENE = {

@@ -15,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from solver.config import ConfigError
+from solver.errors import ConfigError
 from solver.twin.ingest import Ingestor
 from solver.twin.messages import REASONS, Reading, Rejection, parse_message
 from solver.twin.quarantine import Quarantine, read_quarantine

@@ -64,7 +64,7 @@ class TruthHook:
         stencils = nudging.probe_stencils(coords, self.setup.shape)
         import jax
 
-        from solver.fluid_step import macroscopic
+        from solver.fluid.step import macroscopic
 
         self._sample = jax.jit(lambda st, g: nudging.sample(macroscopic(self.setup, st, g)[1],
                                                             stencils))  # fmt: skip

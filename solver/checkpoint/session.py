@@ -24,8 +24,9 @@ import numpy as np
 from solver.checkpoint.digest import state_digest
 from solver.checkpoint.store import CheckpointStore, DamagedCheckpointError
 from solver.checkpoint.striping import ocdbt_file_size, prepare_directory
-from solver.config import CheckpointConfig, ConfigError
+from solver.config import CheckpointConfig
 from solver.distributed.distribution import Distribution
+from solver.errors import ConfigError
 
 log = logging.getLogger("solver")
 

@@ -14,7 +14,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from solver.config import ConfigError
+from solver.errors import ConfigError
 
 PRESETS = ("auto", "single", "slab", "pencil", "block")
 AXIS_NAMES = ("x", "y", "z")

@@ -30,12 +30,12 @@ from jax import Array
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from solver.config import ConfigError
 from solver.distributed.decomposition import Decomposition, choose_mesh
 from solver.distributed.halo import MpiHalo, XlaHalo
 from solver.distributed.runtime import Runtime
-from solver.fluid_setup import FluidSetup
-from solver.fluid_step import FluidGeometry, FluidState, make_chunk, make_geometry
+from solver.errors import ConfigError
+from solver.fluid.setup import FluidSetup
+from solver.fluid.step import FluidGeometry, FluidState, make_chunk, make_geometry
 
 
 class Distribution:

@@ -1,7 +1,7 @@
 """Halo back ends: where a ghost block comes from.
 
 The fluid step fills every ghost region of a padded buffer from a block of its own interior
-(``solver.fluid_step.write_padded``) and asks the halo to ``shift`` that block by the offset of
+(``solver.fluid.step.write_padded``) and asks the halo to ``shift`` that block by the offset of
 the ghost region. On one device the shift is the identity (a periodic edge: the block wraps
 around onto the same array). Split over a mesh, the block travels to the neighbouring shard
 instead, so a subdomain edge is one more kind of ghost fill and serial and parallel runs take

@@ -22,7 +22,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from solver.config import ConfigError
+from solver.errors import ConfigError
 
 log = logging.getLogger("solver")
 HALOS = ("xla", "mpi")

@@ -21,7 +21,7 @@ import numpy as np
 
 from kernels import quaternion
 from kernels.rigid_body import Bodies
-from solver.config import ConfigError
+from solver.errors import ConfigError
 from solver.twin.config import TwinConfig
 from solver.twin.ingest import Ingestor
 from solver.twin.quarantine import Quarantine

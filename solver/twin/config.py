@@ -10,7 +10,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from solver.config import ConfigError
+from solver.errors import ConfigError
 from solver.twin.messages import MAX_MESSAGE_BYTES
 from solver.twin.mqtt import MqttSettings
 from solver.twin.sensors import Sensor, parse_sensors

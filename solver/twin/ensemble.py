@@ -34,12 +34,13 @@ import jax.numpy as jnp
 import numpy as np
 
 from kernels import enkf, nudging
-from solver.cases import build_case
-from solver.config import ConfigError, RunConfig
+from solver.config import RunConfig
 from solver.distributed.members import member_sharding
-from solver.fluid_step import initial_state, macroscopic, make_chunk, make_geometry
+from solver.errors import ConfigError
+from solver.fluid.cases import build_case
+from solver.fluid.step import initial_state, macroscopic, make_chunk, make_geometry
+from solver.output.progress import Progress
 from solver.output.summary import write_run_json
-from solver.progress import Progress
 from solver.simulation import Outcome
 from solver.twin.ingest import Ingestor
 from solver.twin.quarantine import Quarantine

@@ -24,7 +24,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from kernels import nudging
-from solver.fluid_step import macroscopic, make_chunk
+from solver.fluid.step import macroscopic, make_chunk
 
 log = logging.getLogger("solver.twin")
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from solver.config import ConfigError
+from solver.errors import ConfigError
 from solver.twin.units import UNITS, dimension_of, to_si, units_of
 
 SENSOR_ID = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")

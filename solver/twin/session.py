@@ -27,8 +27,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from kernels import nudging
-from solver.config import ConfigError
-from solver.fluid_step import macroscopic
+from solver.errors import ConfigError
+from solver.fluid.step import macroscopic
 from solver.twin.config import TwinConfig
 from solver.twin.ingest import Ingestor
 from solver.twin.quarantine import Quarantine

@@ -1,6 +1,6 @@
 """Rigid-body cases against exact solutions: projectile, bounce, incline, cradle, tumbling.
 
-Each case runs the solver's rigid-body path (``solver.body_simulation.simulate_bodies`` on a
+Each case runs the solver's rigid-body path (``solver.bodies.simulation.simulate_bodies`` on a
 config composed from Hydra overrides, float64) and compares the run's own diagnostics (run.json)
 and its output files (bodies.h5, energies.csv) with a reference:
 
@@ -162,8 +162,8 @@ def run_body_case(ctx: Context, case: str, label: str, overrides: list[str]) -> 
     from solver.app import enable_precision
 
     enable_precision("float64")  # bodies run in float64, as `python -m solver` runs them
-    from solver.body_cases import build_body_case
-    from solver.body_simulation import simulate_bodies
+    from solver.bodies.cases import build_body_case
+    from solver.bodies.simulation import simulate_bodies
 
     slug = re.sub(r"[^A-Za-z0-9_.-]+", "_", label).strip("_")
     workdir = ctx.work / case / slug
@@ -299,7 +299,7 @@ def bounce(ctx: Context) -> CaseResult:
         [("hertz", 0.8), ("linear", 0.5)],
     )
     from solver.api import compose_config
-    from solver.body_cases import build_body_case
+    from solver.bodies.cases import build_body_case
 
     traces = []
     for model, e in runs:
@@ -402,7 +402,7 @@ def _spin_acceleration(run: BodyRun) -> float:
 def incline(ctx: Context) -> CaseResult:
     """A sphere on an incline: rolling below the friction threshold, sliding above it; in full
     mode also a two-sphere clump rolling."""
-    from solver.body_cases import incline_acceleration
+    from solver.bodies.cases import incline_acceleration
 
     result = CaseResult("incline")
     variants = [
@@ -588,7 +588,7 @@ def euler_first_flip(moments: np.ndarray, omega0: np.ndarray, t_end: float) -> f
 
 def _body_frame_momentum(run: BodyRun) -> np.ndarray:
     """(T, 3) R^T L at the outputs, L the world angular momentum from energies.csv."""
-    from solver.scene import rotation_matrices
+    from solver.bodies.scene import rotation_matrices
 
     e = run.energies
     steps = np.clip(np.rint(run.times / run.summary["dt_s"]).astype(int), 0, e["step"].size - 1)

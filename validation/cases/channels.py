@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from solver import analytic
+from solver.fluid import analytic
 from validation import plots
 from validation.context import Context
 from validation.report import CaseResult, Check
@@ -196,7 +196,7 @@ def womersley(ctx: Context) -> CaseResult:
         f"A = {c['amplitude']} m/s^2, omega = {c['angular_frequency']} rad/s (Womersley number "
         f"{alpha:.2f}), TRT, float64, diffusive scaling, compared at the final time after "
         f"{sim.time / (2 * np.pi / c['angular_frequency']):.1f} periods. Error: max deviation "
-        "over u_scale = u_max + A/omega. Reference: `solver.analytic.womersley_profile`.",
+        "over u_scale = u_max + A/omega. Reference: `solver.fluid.analytic.womersley_profile`.",
     )
     fig, (ax0, ax1) = plots.figure(2)
     plots.convergence(ax0, resolutions, errors, order, "LBM")

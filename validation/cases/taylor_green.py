@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from solver import analytic
+from solver.fluid import analytic
 from validation import plots
 from validation.context import Context
 from validation.report import CaseResult, Check
@@ -86,7 +86,7 @@ def _study(ctx: Context, name: str, three_d: bool) -> CaseResult:
         f"t = {sims[-1].time:.3g} s, "
         "diffusive scaling (tau fixed, u_lattice halved per doubling), TRT, float64. "
         "Error: relative L2 norm of the velocity field against the exact solution at the final "
-        "time (`solver.analytic`).",
+        "time (`solver.fluid.analytic`).",
     )
     fig, (ax0, ax1) = plots.figure(2)
     plots.convergence(ax0, resolutions, errors, order, "LBM")

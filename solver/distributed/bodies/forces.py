@@ -1,6 +1,6 @@
 """Contact forces on a subdomain's owned bodies from its owned bodies and ghosts.
 
-The pair laws are those of the single-device step (``solver.body_step``), and each pair is
+The pair laws are those of the single-device step (``solver.bodies.step``), and each pair is
 evaluated exactly as there: its operands are ordered by global id (the lower id is "i", the
 normal points from the higher id to the lower), its spring history is the one of that
 orientation, and a body's force is summed in the single-device order. ``contact_forces`` there
@@ -31,7 +31,7 @@ from kernels import rigid_body
 from kernels.contact import sphere_plane, sphere_sphere
 from kernels.neighbor_search import NEIGHBOR_OFFSETS, CellGrid, bin_bodies, cell_coordinates
 from kernels.rigid_body import Bodies
-from solver.body_step import BodySetup, ContactParams, _mass_inverse, _pair_laws, carry_history
+from solver.bodies.step import BodySetup, ContactParams, _mass_inverse, _pair_laws, carry_history
 from solver.distributed.bodies.records import BODY_FIELDS
 
 
@@ -110,7 +110,7 @@ def _summation_order(table: Array, gid: Array, rows: int, n_bodies: int) -> Arra
 
 
 def _laws(*args) -> tuple[Array, Array, Array]:
-    """``solver.body_step._pair_laws``: force on i, rolling torque on i, new history (P, 3)
+    """``solver.bodies.step._pair_laws``: force on i, rolling torque on i, new history (P, 3)
     (its further results, e.g. the elastic energy, are not needed here)."""
     return _pair_laws(*args)[:3]
 

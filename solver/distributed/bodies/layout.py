@@ -23,9 +23,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from kernels.neighbor_search import CellGrid
-from solver.body_step import BodySetup
-from solver.config import ConfigError
+from solver.bodies.step import BodySetup
 from solver.distributed.decomposition import AXIS_NAMES, Decomposition
+from solver.errors import ConfigError
 
 CAPACITY_NAMES = ("owned", "ghost", "migration", "cell", "partners")
 

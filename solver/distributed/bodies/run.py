@@ -21,7 +21,7 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from kernels.rigid_body import Bodies
-from solver.body_step import BodySetup, ContactParams
+from solver.bodies.step import BodySetup, ContactParams
 from solver.distributed.bodies import records
 from solver.distributed.bodies.layout import CAPACITY_NAMES, BodyLayout, plan_layout
 from solver.distributed.bodies.records import SubdomainState
@@ -271,7 +271,7 @@ def simulate_spatial(
     """Run a sphere-and-plane scene for ``steps`` steps split over a device mesh.
 
     Args:
-        setup: the single-device setup of the whole scene (``solver.body_step.BodySetup``).
+        setup: the single-device setup of the whole scene (``solver.bodies.step.BodySetup``).
         bodies: its initial state (n bodies, NumPy or JAX arrays, float64 advised).
         steps: time steps (each ``setup.dt``).
         mesh: subdomains along x, y, z, e.g. (2, 2, 2); their product of devices is used.

@@ -1,6 +1,6 @@
 """One subdomain's time step (runs inside ``shard_map``): the single-device step, split.
 
-Velocity Verlet as in ``solver.body_step`` (kernels.rigid_body: kick dt/2, drift dt, forces,
+Velocity Verlet as in ``solver.bodies.step`` (kernels.rigid_body: kick dt/2, drift dt, forces,
 kick dt/2), with the communication placed between the drift and the forces:
     1. kick and drift the owned bodies;
     2. migrate: bodies whose centre left the block move to the neighbour, with their force,
@@ -23,7 +23,7 @@ from jax import Array, lax
 
 from kernels import rigid_body
 from kernels.rigid_body import Bodies
-from solver.body_step import BodySetup, ContactParams
+from solver.bodies.step import BodySetup, ContactParams
 from solver.distributed.bodies import exchange
 from solver.distributed.bodies.forces import local_contacts
 from solver.distributed.bodies.layout import BodyLayout
@@ -31,7 +31,7 @@ from solver.distributed.bodies.records import SubdomainState
 
 
 class SpatialDiagnostics(NamedTuple):
-    """Per-step totals over the whole scene (as ``solver.body_step.BodyDiagnostics``) and the
+    """Per-step totals over the whole scene (as ``solver.bodies.step.BodyDiagnostics``) and the
     traffic of the decomposition."""
 
     kinetic_energy: Array  # J

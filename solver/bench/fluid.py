@@ -3,13 +3,13 @@
     python -m solver.bench [--lattices D2Q9,D3Q19,D3Q27] [--precisions float32,float64]
                            [--sizes 64,128] [--steps 10] [--case periodic|walls|both]
                            [--repeats 5] [--json PATH]
-    python -m solver.bench scaling ...   (weak and strong scaling: see solver/bench_scaling.py)
-    python -m solver.bench checkpoint ...   (cost of checkpoints: see solver/bench_checkpoint.py)
-    python -m solver.bench bodies ...   (rigid-body step throughput: see solver/bench_bodies.py)
-    python -m solver.bench twin ...   (sensor ingestion rate: see solver/bench_twin.py)
+    python -m solver.bench scaling ...   (weak and strong scaling: see solver/bench/scaling.py)
+    python -m solver.bench checkpoint ...   (cost of checkpoints: see solver/bench/checkpoint.py)
+    python -m solver.bench bodies ...   (rigid-body step throughput: see solver/bench/bodies.py)
+    python -m solver.bench twin ...   (sensor ingestion rate: see solver/bench/twin.py)
 
 For every lattice, precision, case and size it times the real solver chunk
-(``solver.fluid_step.make_chunk`` on a ``FluidSetup``, jitted with the state donated, as the run
+(``solver.fluid.step.make_chunk`` on a ``FluidSetup``, jitted with the state donated, as the run
 loop does) and reports, per row:
 
 - MLUPS: million lattice-cell updates per second, solid cells included (median of the repeats);
@@ -38,7 +38,6 @@ import json
 import os
 import platform
 import statistics
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -50,8 +49,8 @@ import numpy as np
 from jax import lax
 
 from kernels.lattices import LATTICES, lattice_by_name
-from solver import fluid_step
-from solver.fluid_setup import FluidSetup
+from solver.fluid import step as fluid_step
+from solver.fluid.setup import FluidSetup
 
 PRECISIONS = ("float32", "float64")
 CASES = ("periodic", "walls")
@@ -296,23 +295,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["scaling"]:
-        from solver.bench_scaling import main as scaling_main
-
-        return scaling_main(argv[1:])
-    if argv[:1] == ["checkpoint"]:
-        from solver.bench_checkpoint import main as checkpoint_main
-
-        return checkpoint_main(argv[1:])
-    if argv[:1] == ["twin"]:
-        from solver.bench_twin import main as twin_main
-
-        return twin_main(argv[1:])
-    if argv[:1] == ["bodies"]:
-        from solver.bench_bodies import main as bodies_main
-
-        return bodies_main(argv[1:])
     args = parse_args(argv)
     cases = CASES if args.case == "both" else (args.case,)
     devices = jax.devices()
@@ -358,7 +340,3 @@ def main(argv: list[str] | None = None) -> int:
             json.dump(payload, fh, indent=2)
         print(f"results written to {args.json}")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from solver.cases import cavity, channel, cylinder, duct, taylor_green
-from solver.cases.base import Case, RunData
 from solver.config import RunConfig
+from solver.fluid.cases import cavity, channel, cylinder, duct, taylor_green
+from solver.fluid.cases.base import Case, RunData
 
 BUILDERS: dict[str, Callable[[RunConfig], Case]] = {
     "cylinder": cylinder.build,

@@ -1,5 +1,5 @@
 """The worker of ``python -m solver.bench scaling``: times one scaling point in the processes and
-on the devices it was started with (see ``solver.bench_scaling`` for what is measured)."""
+on the devices it was started with (see ``solver.bench.scaling`` for what is measured)."""
 
 from __future__ import annotations
 
@@ -16,13 +16,14 @@ import jax.numpy as jnp
 from jax.sharding import NamedSharding, PartitionSpec
 
 from kernels.lattices import lattice_by_name
-from solver.bench import build_setup, initial_fields, measure_copy
-from solver.bench_scaling import PRECISION
+from solver.bench.fluid import build_setup, initial_fields, measure_copy
 from solver.distributed.decomposition import Decomposition, choose_mesh
 from solver.distributed.distribution import Distribution
 from solver.distributed.runtime import Runtime, start
-from solver.fluid_setup import FluidSetup
-from solver.fluid_step import FluidState, initial_state, make_chunk, make_geometry
+from solver.fluid.setup import FluidSetup
+from solver.fluid.step import FluidState, initial_state, make_chunk, make_geometry
+
+PRECISION = "float32"  # the scaling benchmark's storage and arithmetic
 
 
 def _box(lattice: str, shape: Sequence[int]) -> FluidSetup:

@@ -16,10 +16,11 @@ from __future__ import annotations
 import numpy as np
 
 from kernels.lattices import lattice_by_name
-from solver.cases.base import Case, RunData, cells, check_mach, fluid_setup, relaxation_rate
-from solver.config import ConfigError, CylinderConfig, RunConfig
-from solver.fluid_setup import OpenBoundary
-from solver.units import UnitConverter
+from solver.config import CylinderConfig, RunConfig
+from solver.errors import ConfigError
+from solver.fluid.cases.base import Case, RunData, cells, check_mach, fluid_setup, relaxation_rate
+from solver.fluid.setup import OpenBoundary
+from solver.fluid.units import UnitConverter
 
 MIN_CELLS_PER_DIAMETER = 4
 MIN_SHEDDING_AMPLITUDE = 0.05  # Cl amplitude below which the wake counts as steady

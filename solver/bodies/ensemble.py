@@ -7,7 +7,7 @@ Members share the case's static setup (radii, cell grid, dt, contact model) and 
     - Gaussian perturbations of each dynamic body's initial position, velocity and angular
       velocity (``bodies.ensemble.perturb``: standard deviations), drawn per member from
       ``numpy.random.default_rng([seed, member])``; member 0 is never perturbed (the nominal run).
-The chunk of ``solver.body_step.make_body_chunk`` is vmapped over the leading member axis of the
+The chunk of ``solver.bodies.step.make_body_chunk`` is vmapped over the leading member axis of the
 states and params and jitted once per chunk length; the member axis is sharded over all devices
 (``NamedSharding`` on a 1-D mesh). When E is not a multiple of the device count the batch is
 padded with copies of the last member, which are dropped on the host.
@@ -39,8 +39,9 @@ import numpy as np
 
 from kernels import rigid_body
 from kernels.rigid_body import Bodies
-from solver.body_cases import BodyCase, build_body_case
-from solver.body_step import (
+from solver.bodies.cases import BodyCase, build_body_case
+from solver.bodies.scene import rotation_matrices
+from solver.bodies.step import (
     BodySetup,
     ContactParams,
     diagnostics,
@@ -49,13 +50,13 @@ from solver.body_step import (
     overflow_message,
     stable_time_step,
 )
-from solver.config import ConfigError, EnsembleConfig, RunConfig
+from solver.config import EnsembleConfig, RunConfig
 from solver.distributed.members import member_sharding
-from solver.scene import rotation_matrices
+from solver.errors import ConfigError
 
 log = logging.getLogger("solver")
 
-DT_FRACTION = 0.5  # dt = null: this fraction of the smallest stable step (as solver.body_cases)
+DT_FRACTION = 0.5  # dt = null: this fraction of the smallest stable step (as solver.bodies.cases)
 HOST_BYTES_MAX = 8 << 30  # per-member series and output states kept on the host for diagnostics
 SERIES = ("kinetic", "potential", "momentum", "angular_momentum", "contacts")
 _SPHERE_FIELDS = {  # sweep name -> (ContactParams sphere field, plane field or None)
@@ -290,13 +291,13 @@ def check_host_memory(size: int, steps: int, outputs: int, n: int) -> None:
 def simulate_ensemble(config: RunConfig, output_dir: Path, interactive: bool | None = None):
     """Run ``config.bodies.ensemble.size`` members of a body case; write run.json, ensemble.h5.
 
-    Returns a ``solver.body_simulation.BodyOutcome``; raises ``BodyOverflowError`` naming the
+    Returns a ``solver.bodies.simulation.BodyOutcome``; raises ``BodyOverflowError`` naming the
     member when a neighbour-search buffer overflows (after writing run.json and ensemble.h5).
     """
-    from solver.body_scene_case import bodies_outside
-    from solver.body_simulation import BodyOutcome, BodyOverflowError, output_steps
+    from solver.bodies.scene_case import bodies_outside
+    from solver.bodies.simulation import BodyOutcome, BodyOverflowError, output_steps
+    from solver.output.progress import Progress
     from solver.output.summary import write_run_json
-    from solver.progress import Progress
 
     t_start = time.perf_counter()
     output_dir = Path(output_dir)

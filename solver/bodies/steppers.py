@@ -1,6 +1,6 @@
 """How a single rigid-body run advances: on one device, or split over a device mesh.
 
-Both steppers offer the same four operations to the run loop (``solver.body_simulation``):
+Both steppers offer the same four operations to the run loop (``solver.bodies.simulation``):
 ``advance(n)`` -> per-step diagnostics (host), ``snapshot()`` -> (bodies, contact counts) on the
 host in body order, ``overflow()`` -> a message or None, and ``initial`` (the diagnostics at
 step 0). The spatial stepper (``bodies.mesh``) uses ``solver.distributed.bodies``; its step-0
@@ -16,14 +16,14 @@ import jax
 import numpy as np
 
 from kernels.rigid_body import Bodies
-from solver.body_step import (
+from solver.bodies.step import (
     BodySetup,
     diagnostics,
     initial_state,
     make_body_chunk,
     overflow_message,
 )
-from solver.config import ConfigError
+from solver.errors import ConfigError
 
 
 class SingleStepper:

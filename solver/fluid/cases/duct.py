@@ -10,16 +10,16 @@ from __future__ import annotations
 import numpy as np
 
 from kernels.lattices import lattice_by_name
-from solver import analytic
-from solver.cases.base import (
+from solver.config import DuctConfig, RunConfig
+from solver.fluid import analytic
+from solver.fluid.cases.base import (
     Case,
     RunData,
     fluid_setup,
     lattice_scales,
     relative_l2,
 )
-from solver.config import DuctConfig, RunConfig
-from solver.fluid_setup import BodyForce
+from solver.fluid.setup import BodyForce
 
 
 class DuctCase(Case):

@@ -6,7 +6,7 @@
                                    [--no-bind]
 
 The parent process plans the runs and starts one worker per point (``python -m
-solver.bench_scaling --worker ...``):
+solver.bench.scaling --worker ...``):
 
 - MPI: ``mpirun -n P --bind-to core --map-by core`` (one process per core, one device per
   process), for each halo back end of --halos; the 1-process run is the common baseline.
@@ -52,9 +52,9 @@ import jax
 import jax.numpy as jnp
 
 from kernels.lattices import LATTICES, lattice_by_name
+from solver.bench.scaling_worker import PRECISION, run_worker
 from solver.distributed.decomposition import choose_mesh
 
-PRECISION = "float32"
 MODES = ("weak", "strong")
 HALOS = ("mpi", "xla")
 WORKER_TIMEOUT_S = 3600
@@ -238,7 +238,7 @@ def _worker_args(args: argparse.Namespace, halo: str) -> list[str]:
     return [
         sys.executable,
         "-m",
-        "solver.bench_scaling",
+        "solver.bench.scaling",
         "--worker",
         "--halo",
         halo,
@@ -473,8 +473,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.worker:
-        from solver.bench_scaling_worker import run_worker
-
         return run_worker(args)
     return run_parent(args)
 

@@ -1,14 +1,14 @@
 """The ``scene`` body case: bodies listed in the config, read from a file or generated.
 
 Host-side NumPy and validation only; nothing here is traced. The scene comes from exactly one of
-    case.file       a YAML or HDF5 scene (solver.scene.load_scene), relative paths resolved by the
+    case.file       a YAML or HDF5 scene (bodies.scene.load_scene), relative paths resolved by the
                     config layer against the directory the app was started in;
-    case.generate   a packing: random_spheres (solver.packings.random_spheres_in_box) or
-                    clump_lattice (solver.packings.clump_lattice);
-    case.bodies     the mapping form of solver.scene, inline;
+    case.generate   a packing: random_spheres (solver.bodies.packings.random_spheres_in_box) or
+                    clump_lattice (solver.bodies.packings.clump_lattice);
+    case.bodies     the mapping form of solver.bodies.scene, inline;
 plus ``case.extra_bodies`` (walls, a floor) for the first two. Initial overlaps beyond
 ``case.overlap_tolerance`` and non-positive masses, radii or inertias are one-line ConfigErrors
-naming the body (solver.scene, solver.packings).
+naming the body (solver.bodies.scene, solver.bodies.packings).
 
 The cell grid is derived from the scene: cells of 2 max(r) + skin, covering the spheres' extent
 plus a margin (the distance a body can travel in ``duration``, bounded); the cell capacity and the
@@ -25,10 +25,11 @@ from typing import Any
 import numpy as np
 
 from kernels.neighbor_search import CellGrid
-from solver.body_step import BodySetup, stable_time_step
-from solver.config import ConfigError, SceneCaseConfig
-from solver.packings import check_overlaps, clump_lattice, random_spheres_in_box
-from solver.scene import Scene, load_scene, scene_from_dict
+from solver.bodies.packings import check_overlaps, clump_lattice, random_spheres_in_box
+from solver.bodies.scene import Scene, load_scene, scene_from_dict
+from solver.bodies.step import BodySetup, stable_time_step
+from solver.config import SceneCaseConfig
+from solver.errors import ConfigError
 
 MAX_CELLS = 1 << 22  # a larger grid uses larger cells instead of more
 MARGIN_EXTENT_FACTOR = 2.0  # automatic margin at most this many scene extents
@@ -36,8 +37,8 @@ GENERATORS = ("random_spheres", "clump_lattice")
 
 
 def build_scene_case(case: SceneCaseConfig):
-    """The BodyCase (solver.body_cases) of a scene config."""
-    from solver.body_cases import BodyCase, contact_dt, initial_bodies, setup_from_scene
+    """The BodyCase (solver.bodies.cases) of a scene config."""
+    from solver.bodies.cases import BodyCase, contact_dt, initial_bodies, setup_from_scene
 
     scene = scene_of(case)
     check_overlaps(scene, tolerance=case.overlap_tolerance, key_prefix="case")

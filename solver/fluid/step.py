@@ -37,7 +37,7 @@ from kernels.equilibrium import density_velocity, equilibrium
 from kernels.lattices import CS2
 from solver.distributed.decomposition import neighbour_offsets
 from solver.distributed.halo import Halo, SingleHalo, shift_together
-from solver.fluid_setup import FluidSetup
+from solver.fluid.setup import FluidSetup
 
 SINGLE = SingleHalo()
 

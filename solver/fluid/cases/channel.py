@@ -9,16 +9,17 @@ from __future__ import annotations
 import numpy as np
 
 from kernels.lattices import lattice_by_name
-from solver import analytic
-from solver.cases.base import (
+from solver.config import CouetteConfig, PoiseuilleConfig, RunConfig
+from solver.errors import ConfigError
+from solver.fluid import analytic
+from solver.fluid.cases.base import (
     Case,
     RunData,
     fluid_setup,
     lattice_scales,
     relative_l2,
 )
-from solver.config import ConfigError, CouetteConfig, PoiseuilleConfig, RunConfig
-from solver.fluid_setup import BodyForce
+from solver.fluid.setup import BodyForce
 
 
 class ChannelCase(Case):

@@ -2,7 +2,7 @@
 
 Host-side NumPy and validation only; nothing here is traced. Every bad value raises
 ``solver.config.ConfigError`` (one line naming the key), also a time step above the stability limit
-of the contact stiffness (``solver.body_step.stable_time_step``), with a suggested step.
+of the contact stiffness (``solver.bodies.step.stable_time_step``), with a suggested step.
 
 Cases:
     projectile: one sphere launched under gravity, no contacts; the diagnostics compare the centre
@@ -30,20 +30,8 @@ import numpy as np
 from kernels import clump, quaternion, rigid_body
 from kernels.neighbor_search import CellGrid
 from kernels.rigid_body import Bodies
-from solver.body_step import BodySetup, stable_time_step
-from solver.config import (
-    BounceConfig,
-    BoxFillConfig,
-    ConfigError,
-    CradleConfig,
-    InclineConfig,
-    MaterialConfig,
-    ProjectileConfig,
-    RunConfig,
-    TumblingConfig,
-)
-from solver.packings import check_overlaps, overlapping_pairs, random_spheres_in_box
-from solver.scene import (
+from solver.bodies.packings import check_overlaps, overlapping_pairs, random_spheres_in_box
+from solver.bodies.scene import (
     BodyArrays,
     BodySpec,
     Material,
@@ -51,6 +39,18 @@ from solver.scene import (
     rotation_matrices,
     scene_from_dict,
 )
+from solver.bodies.step import BodySetup, stable_time_step
+from solver.config import (
+    BounceConfig,
+    BoxFillConfig,
+    CradleConfig,
+    InclineConfig,
+    MaterialConfig,
+    ProjectileConfig,
+    RunConfig,
+    TumblingConfig,
+)
+from solver.errors import ConfigError
 
 PROJECTILE_STEPS = 1500  # steps of a projectile run with dt = null
 DT_FRACTION = 0.5  # dt = null: this fraction of the stable step
@@ -106,8 +106,8 @@ def build_body_case(config: RunConfig) -> BodyCase:
         return _cradle(case)
     if isinstance(case, BoxFillConfig):
         return _box_fill(case, config.seed)
-    if case.name == "scene":  # solver.body_scene_case imports this module, hence imported here
-        return __import__("solver.body_scene_case", fromlist=["_"]).build_scene_case(case)
+    if case.name == "scene":  # solver.bodies.scene_case imports this module, hence imported here
+        return __import__("solver.bodies.scene_case", fromlist=["_"]).build_scene_case(case)
     raise ConfigError(
         "case.name",
         case.name,

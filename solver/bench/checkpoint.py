@@ -57,15 +57,15 @@ import jax.numpy as jnp
 import numpy as np
 
 from kernels.lattices import LATTICES, lattice_by_name
-from solver.bench import PRECISIONS, build_setup, initial_fields
+from solver.bench.fluid import PRECISIONS, build_setup, initial_fields
 from solver.checkpoint.digest import state_digest
 from solver.checkpoint.session import RunCheckpoints
 from solver.checkpoint.store import CheckpointStore
 from solver.config import CheckpointConfig
 from solver.distributed.distribution import Distribution, distribute
 from solver.distributed.runtime import start
-from solver.fluid_setup import FluidSetup
-from solver.fluid_step import FluidState, initial_state
+from solver.fluid.setup import FluidSetup
+from solver.fluid.step import FluidState, initial_state
 
 MODES = ("none", "async", "blocking")
 KEEP = 2  # newest checkpoints kept, as a run would

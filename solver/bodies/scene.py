@@ -2,7 +2,7 @@
 
 A scene is host-side data (NumPy), validated before anything is traced: every bad value raises
 ``solver.config.ConfigError`` naming the key path (``bodies.scene.bodies[3].radius``), the value and
-the allowed range. Overlap checks and packing generators live in ``solver.packings``.
+the allowed range. Overlap checks and packing generators live in ``solver.bodies.packings``.
 
 Mapping form (the Hydra config's ``bodies.scene`` and YAML files; YAML is read with
 ``yaml.safe_load`` only, so tags such as ``!!python/object`` are rejected; YAML 1.1 reads ``2.0e11``
@@ -53,7 +53,7 @@ from typing import Any
 
 import numpy as np
 
-from solver.config import ConfigError
+from solver.errors import ConfigError
 
 SHAPES = ("sphere", "clump", "plane")
 _MISSING = object()

@@ -7,7 +7,7 @@ Packings: n equal spheres (r = 1 mm, glass-like, Hertz-Mindlin with friction) on
 lattice of spacing 2 r inside a box of six rigid walls, each centre jittered by up to
 ``JITTER`` r, so that about half the lattice neighbours start slightly overlapped, under
 gravity (the packing settles and its contacts carry load). Float64, dt half the stable step.
-The real solver chunk (``solver.body_step.make_body_chunk``, neighbour search every step) is
+The real solver chunk (``solver.bodies.step.make_body_chunk``, neighbour search every step) is
 jitted with the step count static and the state donated, as the run loop does; after one
 warm-up call ``repeats`` chunks of ``steps`` steps are timed, each right after one run of the
 memory-copy probe of ``solver.bench`` (float64), so that load from other processes affects both
@@ -131,7 +131,7 @@ def build_scene(n: int, counts: tuple[int, int, int], seed: int) -> tuple[object
     ``counts`` sites per axis (their product >= n; the lowest layers are filled first).
     """
     from kernels.neighbor_search import CellGrid
-    from solver.body_step import BodySetup, stable_time_step
+    from solver.bodies.step import BodySetup, stable_time_step
 
     rng = np.random.default_rng(seed)
     spacing = 2.0 * RADIUS
@@ -182,7 +182,7 @@ def _time_chunks(advance, state, repeats: int, copy_run) -> tuple:
 
 def _check(setup, state, label: str) -> float:
     """Raise on a non-finite state or a buffer overflow; return contacts per body."""
-    from solver.body_step import overflow_message
+    from solver.bodies.step import overflow_message
 
     if not bool(jnp.all(jnp.isfinite(state.bodies.position))):
         raise FloatingPointError(f"{label}: non-finite positions")
@@ -218,7 +218,7 @@ def _row(kind, bodies, members, steps, seconds, bandwidths, contacts, compile_s,
 
 def bench_packing(n: int, steps: int, repeats: int, copy_run, seed: int = 0) -> BodiesBenchRow:
     """Time the solver chunk on a settling packing of n spheres."""
-    from solver.body_step import initial_state, make_body_chunk
+    from solver.bodies.step import initial_state, make_body_chunk
 
     setup, position = build_scene(n, _lattice_counts(n), seed)
     start = time.perf_counter()
@@ -244,7 +244,7 @@ def bench_ensemble(
 ) -> BodiesBenchRow:
     """Time one vmapped chunk over ``members`` scenes of ``bodies`` spheres (a dropping column
     in a box of 2 x 2 sites), restitution drawn per member from [0.3, 0.9]."""
-    from solver.body_step import initial_state, make_body_chunk
+    from solver.bodies.step import initial_state, make_body_chunk
 
     counts = (2, 2, math.ceil(bodies / 4) + 2)
     setup, _ = build_scene(bodies, counts, seed)
@@ -356,7 +356,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     jax.config.update("jax_enable_x64", True)  # bodies run in float64
-    from solver.bench import COPY_BYTES, COPY_ITERATIONS, measure_copy
+    from solver.bench.fluid import COPY_BYTES, COPY_ITERATIONS, measure_copy
 
     devices = jax.devices()
     print(

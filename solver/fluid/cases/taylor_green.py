@@ -1,6 +1,6 @@
 """Decaying Taylor-Green vortex array in a periodic box (2D, or 3D on a 3D lattice).
 
-Exact solutions from ``solver.analytic``: in 2D the vortex array; on a 3D lattice the same array
+Exact solutions from ``fluid.analytic``: in 2D the vortex array; on a 3D lattice the same array
 extruded along z (variant ``vortex``) or the fully 3D Arnold-Beltrami-Childress flow (variant
 ``beltrami``). The box [0, L)^d is periodic with nodes at (i + 0.5) dx; the initial density
 carries the analytic pressure, rho = 1 + p / (rho0 c^2 c_s^2) in lattice units.
@@ -13,15 +13,15 @@ import dataclasses
 import numpy as np
 
 from kernels.lattices import lattice_by_name
-from solver import analytic
-from solver.cases.base import (
+from solver.config import RunConfig, TaylorGreenConfig
+from solver.fluid import analytic
+from solver.fluid.cases.base import (
     Case,
     RunData,
     fluid_setup,
     lattice_scales,
     relative_l2,
 )
-from solver.config import RunConfig, TaylorGreenConfig
 
 
 class TaylorGreenCase(Case):

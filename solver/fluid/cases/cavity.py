@@ -10,13 +10,13 @@ from __future__ import annotations
 import numpy as np
 
 from kernels.lattices import lattice_by_name
-from solver.cases.base import (
+from solver.config import CavityConfig, RunConfig
+from solver.fluid.cases.base import (
     Case,
     RunData,
     fluid_setup,
     lattice_scales,
 )
-from solver.config import CavityConfig, RunConfig
 
 
 class CavityCase(Case):

@@ -14,9 +14,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from kernels.lattices import CS2, Lattice
-from solver.config import MAX_MACH, ConfigError, FluidConfig
-from solver.fluid_setup import FluidSetup
-from solver.units import UnitConverter, mach
+from solver.config import MAX_MACH, FluidConfig
+from solver.errors import ConfigError
+from solver.fluid.setup import FluidSetup
+from solver.fluid.units import UnitConverter, mach
 
 log = logging.getLogger("solver")
 TAU_WARNING = 0.505  # below this, runs are usually unstable except at very low velocity

@@ -18,8 +18,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from solver.config import ConfigError
-from solver.scene import BodySpec, Material, Scene, rotation_matrices
+from solver.bodies.scene import BodySpec, Material, Scene, rotation_matrices
+from solver.errors import ConfigError
 
 
 def member_centres(scene: Scene) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

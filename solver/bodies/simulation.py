@@ -1,6 +1,6 @@
 """The run loop of the rigid-body cases: compiled chunks, output and checks between chunks.
 
-The state advances in chunks of at most ``chunk`` steps (``solver.body_step.make_body_chunk``,
+The state advances in chunks of at most ``chunk`` steps (``solver.bodies.step.make_body_chunk``,
 jitted with the step count static), cut so that every output step is a chunk end. Between chunks
 the host appends the per-step energies to energies.csv, writes bodies.h5 at output steps, reports
 progress and checks the neighbour-search buffers: an overflow stops the run with run.json status
@@ -8,7 +8,7 @@ progress and checks the neighbour-search buffers: an overflow stops the run with
 switches JAX's x64 mode on); checkpoints are not written for body cases yet. Bodies found outside
 the cell grid between chunks are logged once and listed in run.json's "left_grid" (the neighbour
 search clamps them into its edge cells). With ``bodies.ensemble.size > 1`` (or a sweep) the run is
-an ensemble instead (solver.body_ensemble, docs/ensembles.md).
+an ensemble instead (solver.bodies.ensemble, docs/ensembles.md).
 
 Files (see docs/output.md):
     bodies.h5      radius and mass at the root; one group ``step_<8 digits>`` per output step with
@@ -35,15 +35,16 @@ import jax
 import numpy as np
 
 from kernels import rigid_body
-from solver.body_cases import BodyCase, build_body_case
-from solver.body_scene_case import bodies_outside
-from solver.body_step import (
+from solver.bodies.cases import BodyCase, build_body_case
+from solver.bodies.scene_case import bodies_outside
+from solver.bodies.step import (
     BodyDiagnostics,
 )
-from solver.body_steppers import SingleStepper, SpatialStepper
-from solver.config import ConfigError, RunConfig
+from solver.bodies.steppers import SingleStepper, SpatialStepper
+from solver.config import RunConfig
+from solver.errors import ConfigError
+from solver.output.progress import Progress
 from solver.output.summary import write_run_json
-from solver.progress import Progress
 
 log = logging.getLogger("solver")
 
@@ -210,7 +211,7 @@ def simulate_bodies(
         BodyOverflowError: a neighbour-search buffer overflowed, after writing run.json.
     """
     if config.bodies.ensemble.enabled:
-        from solver.body_ensemble import simulate_ensemble
+        from solver.bodies.ensemble import simulate_ensemble
 
         return simulate_ensemble(config, output_dir, interactive)
     t_start = time.perf_counter()
@@ -410,7 +411,7 @@ def simulate_bodies(
 def summary_lines(summary: dict) -> list[str]:
     """The short end-of-run summary of a body case (or of an ensemble)."""
     if "ensemble" in summary:
-        from solver.body_ensemble import summary_lines as ensemble_lines
+        from solver.bodies.ensemble import summary_lines as ensemble_lines
 
         return ensemble_lines(summary)
     energy = summary["energy"]

@@ -1,0 +1,1 @@
+"""Benchmarks: `python -m solver.bench [fluid|scaling|bodies|twin|checkpoint]`."""

@@ -1,0 +1,23 @@
+"""`python -m solver.bench [fluid|scaling|bodies|twin|checkpoint] [options]`.
+
+Without a benchmark name the fluid benchmark runs (MLUPS per lattice and precision against the
+measured memory-copy roofline); each name is one module of this package.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+BENCHMARKS = ("fluid", "scaling", "bodies", "twin", "checkpoint")
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    name = argv[0] if argv[:1] and argv[0] in BENCHMARKS else "fluid"
+    rest = argv[1:] if argv[:1] == [name] else argv
+    return importlib.import_module(f"solver.bench.{name}").main(rest)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

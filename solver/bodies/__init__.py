@@ -1,0 +1,1 @@
+"""Rigid bodies: scenes, packings, the body step, cases and ensembles."""

@@ -1,0 +1,1 @@
+"""The lattice-Boltzmann fluid: set-up, step, cases, analytic solutions and units."""
