@@ -5,22 +5,32 @@
 
 Overrides are Hydra override strings exactly as on the command line. The call composes the
 config with Hydra's compose API (so it can be made many times in one process), validates it and
-runs it in this process; it writes the same files as ``python -m solver`` into ``output_dir``.
+runs it in this process through the same run loop; it writes the same files as
+``python -m solver`` into ``output_dir``. Fluid cases, rigid-body cases (one scene, an ensemble,
+a scene split over ``bodies.mesh``) and twins all run here.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
-from solver.app import CONFIG_DIR, enable_precision
+from solver.app import CONFIG_DIR, enable_precision, run_precision
 from solver.config import RunConfig, load
-from solver.fluid.cases import Case
-from solver.simulation import DivergenceError, simulate
+from solver.errors import BodyOverflowError, DivergenceError, PreemptedError
+from solver.run import simulate
 
-__all__ = ["RunResult", "DivergenceError", "compose_config", "run"]
+__all__ = [
+    "BodyOverflowError",
+    "DivergenceError",
+    "PreemptedError",
+    "RunResult",
+    "compose_config",
+    "run",
+]
 
 
 @dataclass
@@ -30,25 +40,30 @@ class RunResult:
     Attributes:
         summary: the contents of run.json.
         output_dir: where the output files are.
-        grid: dx (m), dt (s), shape, origin (m); node i sits at origin + (i + 0.5) dx.
-        case: the built case (lattice-unit setup, unit converter, analytic solution if any).
+        grid: fluid: dx (m), dt (s), shape, origin (m); node i sits at origin + (i + 0.5) dx.
+            Rigid bodies: dt (s) only.
+        case: the built case (fluid: lattice-unit setup, unit converter, analytic solution if
+            any; bodies: the scene, set-up and diagnostics).
         config: the validated typed config.
     """
 
     summary: dict
     output_dir: Path
     grid: dict
-    case: Case
+    case: Any
     config: RunConfig
-    _density: np.ndarray = field(repr=False)
-    _velocity: np.ndarray = field(repr=False)
+    _fields: dict = field(repr=False)
 
     def fields(self) -> dict[str, np.ndarray]:
-        """Final fields in SI units: density (*shape) kg/m^3, velocity (d, *shape) m/s,
-        solid (*shape) bool; axis order (x, y[, z])."""
+        """Final state in SI units. Fluid: density (*shape) kg/m^3, velocity (d, *shape) m/s,
+        solid (*shape) bool; axis order (x, y[, z]). Rigid bodies: position (n, 3) m,
+        orientation (n, 4) unit quaternions (w, x, y, z), velocity (n, 3) m/s,
+        angular_velocity (n, 3) rad/s (an ensemble: a leading member axis)."""
+        if getattr(self.config.case, "kind", "fluid") == "bodies":
+            return dict(self._fields)
         setup = self.case.setup
         solid = np.zeros(setup.shape, dtype=bool) if setup.solid is None else setup.solid.copy()
-        return {"density": self._density, "velocity": self._velocity, "solid": solid}
+        return {**self._fields, "solid": solid}
 
 
 def compose_config(overrides: list[str] | tuple[str, ...] = ()) -> RunConfig:
@@ -77,15 +92,17 @@ def run(
     that runs the same case twice into one folder wants two fresh runs.
 
     Raises:
-        solver.config.ConfigError: a bad value (before anything is traced).
+        solver.errors.ConfigError: a bad value (before anything is traced).
         hydra.errors.HydraException (or omegaconf errors): an override that does not compose.
         DivergenceError: the run diverged; run.json (status "diverged") and the output
             written so far are in output_dir.
+        BodyOverflowError: a rigid-body buffer overflowed (run.json status "overflow").
+        PreemptedError: stopped by a signal (run.json status "preempted" or "stopped").
     """
     if not any(o.lstrip("+~").startswith("checkpoint") for o in overrides):
         overrides = ["checkpoint=none", *overrides]
     config = compose_config(overrides)
-    enable_precision(config.fluid.precision)
+    enable_precision(run_precision(config))
     if config.twin is not None:
         from solver.twin.run import run_twin
 
@@ -93,18 +110,20 @@ def run(
     else:
         outcome = simulate(config, Path(output_dir), interactive=interactive)
     case = outcome.case
-    grid = {
-        "dx": case.units.dx,
-        "dt": case.units.dt,
-        "shape": tuple(case.setup.shape),
-        "origin": tuple(case.origin),
-    }
+    if getattr(config.case, "kind", "fluid") == "bodies":
+        grid = {"dt": outcome.summary["dt_s"]}
+    else:
+        grid = {
+            "dx": case.units.dx,
+            "dt": case.units.dt,
+            "shape": tuple(case.setup.shape),
+            "origin": tuple(case.origin),
+        }
     return RunResult(
         summary=outcome.summary,
         output_dir=outcome.output_dir,
         grid=grid,
         case=case,
         config=config,
-        _density=outcome.density,
-        _velocity=outcome.velocity,
+        _fields=outcome.fields or {},
     )

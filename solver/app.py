@@ -26,6 +26,14 @@ EXIT_PREEMPTED = 75  # = solver.checkpoint.preemption.EXIT_PREEMPTED (not import
 EXIT_STOPPED = 76  # stopped by a signal with checkpoints off: nothing to resume
 
 
+def run_precision(config) -> str:
+    """The floating-point precision a run computes in: rigid bodies always in float64 (the
+    fluid settings are ignored there), the fluid as ``fluid.precision``."""
+    if getattr(config.case, "kind", "fluid") == "bodies":
+        return "float64"
+    return config.fluid.precision
+
+
 def enable_precision(precision: str) -> None:
     """float64 needs JAX's x64 mode; switched on here, at the edge, and only when asked for."""
     if precision == "float64":
@@ -74,38 +82,6 @@ def one_line(err: BaseException) -> str:
     return "; ".join(lines)
 
 
-def summary_lines(summary: dict) -> list[str]:
-    """The short end-of-run summary."""
-    lines = [
-        f"case {summary['case']} on {summary['lattice']} {summary['collision'].upper()} "
-        f"({summary['precision']}), grid {' x '.join(str(n) for n in summary['shape'])}",
-        f"tau = {summary['tau']:.4f}   Mach = {summary['mach']:.3f}   "
-        f"Re = {summary['reynolds']:.4g}",
-        f"steps = {summary['steps']}   simulated time = {summary['time_s']:.4g} s   "
-        f"wall time = {summary['wall_time_s']:.1f} s   {summary['mlups']:.1f} MLUPS",
-    ]
-    diag = summary.get("diagnostics") or {}
-    keys = (
-        "cd_mean",
-        "cl_amplitude",
-        "strouhal",
-        "velocity_l2_error",
-        "velocity_l2_error_transient",
-        "ux_min_over_u",
-        "uy_max_over_u",
-    )
-    parts = [
-        f"{k} = {diag[k]:.4g}" if isinstance(diag.get(k), float) else f"{k} = {diag[k]}"
-        for k in keys
-        if k in diag
-    ]
-    if parts:
-        lines.append("   ".join(parts))
-    for name, path in summary.get("outputs", {}).items():
-        lines.append(f"{name:>12}: {path}")
-    return lines
-
-
 @hydra.main(config_path=str(CONFIG_DIR), config_name="config", version_base="1.3")
 def _hydra_main(cfg: DictConfig) -> None:
     from hydra.core.hydra_config import HydraConfig
@@ -118,22 +94,23 @@ def _hydra_main(cfg: DictConfig) -> None:
     logging.getLogger("absl").setLevel(logging.WARNING)  # Orbax's per-save progress records
     try:
         config = load(cfg)
-        if getattr(config.case, "kind", "fluid") == "bodies":
-            outcome = None
+        enable_precision(run_precision(config))
+        from solver.errors import BodyOverflowError, DivergenceError, PreemptedError
+
+        if config.twin is not None:
+            from solver.twin.run import run_twin
+
+            outcome = run_twin(config, output_dir)
         else:
-            enable_precision(config.fluid.precision)
-            from solver.simulation import DivergenceError, PreemptedError, simulate
+            from solver.run import simulate
 
-            if config.twin is not None:
-                from solver.twin.run import run_twin
-
-                outcome = run_twin(config, output_dir)
-            else:
-                outcome = simulate(config, output_dir)
+            outcome = simulate(config, output_dir)
     except ConfigError as err:
         fail(f"bad configuration: {err}", EXIT_CONFIG)
     except DivergenceError as err:
         fail(f"{err} (output so far in {output_dir})", EXIT_DIVERGED)
+    except BodyOverflowError as err:
+        fail(f"{err} (output so far in {output_dir})", EXIT_OVERFLOW)
     except PreemptedError as err:
         # not an error: the run did what it was asked
         hint = "; rerun with the same run dir to continue" if err.resumable else ""
@@ -141,10 +118,8 @@ def _hydra_main(cfg: DictConfig) -> None:
         if err.shutdown:  # a service's normal end
             sys.exit(0)
         sys.exit(EXIT_PREEMPTED if err.resumable else EXIT_STOPPED)
-    if outcome is None:
-        _run_bodies(config, output_dir)
-    elif outcome.density is not None:  # process 0 of a multi-process run, or the only one
-        lines = summary_lines(outcome.summary)
+    if outcome.is_root:  # process 0 of a multi-process run, or the only one
+        lines = outcome.model.summary_lines(outcome.summary)
         if config.twin is not None:
             from solver.twin.run import summary_lines as twin_lines
 
@@ -152,28 +127,26 @@ def _hydra_main(cfg: DictConfig) -> None:
         print("\n".join(lines), flush=True)
 
 
-def _run_bodies(config, output_dir: Path) -> None:
-    """A rigid-body case (no lattice; the fluid settings are ignored): float64, no checkpoints."""
-    from solver.errors import ConfigError
-
-    enable_precision("float64")
-    from solver.bodies.simulation import BodyOverflowError, simulate_bodies
-    from solver.bodies.simulation import summary_lines as body_summary_lines
-
-    try:
-        outcome = simulate_bodies(config, output_dir)
-    except ConfigError as err:
-        fail(f"bad configuration: {err}", EXIT_CONFIG)
-    except BodyOverflowError as err:
-        fail(f"{err} (output so far in {output_dir})", EXIT_OVERFLOW)
-    print("\n".join(body_summary_lines(outcome.summary)), flush=True)
-
-
 def main() -> None:
     overrides = sys.argv[1:]
     # flags (--help, --cfg, -m, ...) are Hydra's own business; check plain overrides only
     if not any(arg.startswith("-") for arg in overrides):
-        message = compose_error(overrides)
+        message = compose_error(overrides) or run_dir_error(overrides)
         if message is not None:
             fail(f"bad configuration: {message}", EXIT_CONFIG)
     _hydra_main()
+
+
+def run_dir_error(overrides: list[str]) -> str | None:
+    """A ``hydra.run.dir`` given on the command line that cannot be written, as one line (Hydra
+    itself would create it before any of the app runs and fail with a traceback)."""
+    from solver.errors import ConfigError
+    from solver.output.directory import check_directory
+
+    for arg in overrides:
+        if arg.startswith("hydra.run.dir="):
+            try:
+                check_directory("hydra.run.dir", arg.split("=", 1)[1])
+            except ConfigError as err:
+                return str(err)
+    return None

@@ -12,9 +12,9 @@ from solver_cli import run_solver
 
 from solver.bodies.cases import build_body_case
 from solver.bodies.ensemble import build_members, perturbed_bodies
-from solver.bodies.simulation import simulate_bodies
 from solver.config import load
 from solver.errors import ConfigError
+from solver.run import simulate as simulate_bodies
 
 # A short bounce: a 1 cm drop touches the plane at 45 ms and reaches its rebound apex within 0.1 s.
 BOUNCE = ("case=bounce", "case.drop_height=0.01", "case.duration=0.1", "case.output_every=100")
@@ -39,7 +39,7 @@ def compose(*overrides: str):
     from solver.app import CONFIG_DIR
 
     with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
-        return load(hydra_compose(config_name="config", overrides=list(overrides)))
+        return load(hydra_compose(config_name="config", overrides=["checkpoint=none", *overrides]))
 
 
 @pytest.fixture(scope="module")

@@ -99,3 +99,27 @@ def test_stop_requests_hand_the_signal_on_to_an_earlier_handler():
             assert calls == [signal.SIGUSR2]
     finally:
         signal.signal(signal.SIGUSR2, previous)
+
+
+def test_stop_requests_take_over_a_stop_an_earlier_handler_took():
+    """A caller running runs in turn (the validation suite) that got SIGTERM between two runs:
+    the next run stops at its first chunk end instead of running to its end."""
+
+    class Suite:
+        stop_requested = None
+
+        def __call__(self, signum, frame):
+            self.stop_requested = signal.Signals(signum).name
+
+    suite = Suite()
+    previous = signal.signal(signal.SIGTERM, suite)
+    try:
+        with StopRequests() as stops:
+            assert not stops.requested
+        os.kill(os.getpid(), signal.SIGTERM)
+        with StopRequests() as stops:
+            assert stops.requested and stops.signal_name == "SIGTERM"
+            stops.hand_over()  # the earlier handler had it already: not called again
+        assert signal.getsignal(signal.SIGTERM) is suite
+    finally:
+        signal.signal(signal.SIGTERM, previous)

@@ -243,3 +243,54 @@ def test_clump_lattice():
         np.testing.assert_allclose(x.orientation, y.orientation, rtol=0, atol=1e-15)
     with pytest.raises(ConfigError, match="spacing = 0.03"):
         clump_lattice((2, 2, 2), 0.03, spheres, GLASS)
+
+
+def _file_problem(path) -> str:
+    with pytest.raises(ConfigError) as caught:
+        load_scene(path)
+    err = caught.value
+    assert err.key == "case.file" and err.value == str(path)
+    assert "\n" not in str(err)
+    return err.hint
+
+
+def test_a_file_that_is_no_scene_names_case_file_and_the_reason(tmp_path):
+    (tmp_path / "dir.yaml").mkdir()
+    (tmp_path / "broken.yaml").write_text("materials:\n  steel: {young: 1\nbodies: []\n")
+    (tmp_path / "list.yaml").write_text("- 1\n- 2\n")
+    (tmp_path / "empty.yml").write_text("")
+    (tmp_path / "binary.yaml").write_bytes(b"\xff\xfe\x00")
+    (tmp_path / "text.h5").write_text("not hdf5\n")
+    (tmp_path / "scene.txt").write_text("materials: {}\n")
+    assert _file_problem("/etc/passwd") == "its name has no .yaml, .yml, .h5 or .hdf5 suffix"
+    assert "ends in '.txt'" in _file_problem(tmp_path / "scene.txt")
+    assert _file_problem(tmp_path / "missing.yaml") == "no such file"
+    assert _file_problem(tmp_path / "dir.yaml") == "it is a directory"
+    assert "not YAML" in _file_problem(tmp_path / "broken.yaml")
+    assert "at line 3" in _file_problem(tmp_path / "broken.yaml")
+    assert "not a YAML mapping" in _file_problem(tmp_path / "list.yaml")
+    assert "empty" in _file_problem(tmp_path / "empty.yml")
+    assert "not a text file" in _file_problem(tmp_path / "binary.yaml")
+    assert "not an HDF5 file" in _file_problem(tmp_path / "text.h5")
+
+
+def test_hdf5_without_the_scene_groups_and_an_unreadable_file(tmp_path, monkeypatch):
+    import pathlib
+
+    import h5py
+
+    with h5py.File(tmp_path / "other.h5", "w") as f:
+        f["x"] = [1, 2, 3]
+    assert "without the scene layout" in _file_problem(tmp_path / "other.h5")
+
+    path = tmp_path / "locked.yaml"
+    path.write_text("materials: {}\n")
+    real_open = pathlib.Path.open
+
+    def refuse(self, *args, **kwargs):  # chmod does not stop root, who runs CI containers
+        if self == path:
+            raise PermissionError(13, "Permission denied")
+        return real_open(self, *args, **kwargs)
+
+    monkeypatch.setattr(pathlib.Path, "open", refuse)
+    assert _file_problem(path) == "cannot read it: Permission denied"

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from validation.runner import Simulation, simulate
+from validation.stops import SuiteStops
 
 T = TypeVar("T")
 
@@ -18,18 +19,26 @@ class Context:
     fast: small grids and short runs (the test-suite variant).
     out: report directory; plots are written here.
     work: directory for the solver's own output, one sub-directory per run.
+    stops: the suite's stop requests (None: not watched); no run starts after one.
     """
 
     fast: bool
     out: Path
     work: Path
+    stops: SuiteStops | None = None
 
     def pick(self, full: T, fast: T) -> T:
         """The full-size or the fast value."""
         return fast if self.fast else full
 
     def simulate(self, case: str, label: str, overrides: list[str]) -> Simulation:
-        """Run the solver for one configuration of ``case``; ``label`` names the run."""
+        """Run the solver for one configuration of ``case``; ``label`` names the run.
+
+        Raises:
+            SuiteStopped: a stop was requested (no run starts then).
+        """
+        if self.stops is not None:
+            self.stops.check()
         slug = re.sub(r"[^A-Za-z0-9_.-]+", "_", label).strip("_")
         return simulate(overrides, self.work / case / slug, label)
 

@@ -58,6 +58,8 @@ class CaseResult:
         plots: PNG files written, relative to the output directory.
         notes: Markdown lines describing the set-up (resolutions, steps, tau, timing).
         wall_time_s: seconds the case took, simulations included.
+        interrupted: what stopped the case before it finished (e.g. "stopped by SIGTERM"), or
+            None; an interrupted case has no checks and counts as neither passed nor failed.
     """
 
     name: str
@@ -65,6 +67,7 @@ class CaseResult:
     plots: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     wall_time_s: float = 0.0
+    interrupted: str | None = None
 
     @property
     def passed(self) -> bool:
@@ -104,23 +107,43 @@ def markdown_table(checks: list[Check]) -> str:
 
 
 def append_report(
-    path: Path, results: list[CaseResult], fast: bool, wall_time_s: float, environment: str
+    path: Path,
+    results: list[CaseResult],
+    fast: bool,
+    wall_time_s: float,
+    environment: str,
+    not_run: list[str] | None = None,
 ) -> None:
-    """Append one run's section (summary table, then each case's notes and plots) to ``path``."""
+    """Append one run's section (summary table, then each case's notes and plots) to ``path``.
+
+    A suite stopped early says so at the top: which case was interrupted and which ``not_run``.
+    """
     checks = [c for r in results for c in r.checks]
     passed = sum(c.passed for c in checks)
     stamp = _dt.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z")
+    stopped = [r for r in results if r.interrupted]
     out = [
-        f"## Validation run {stamp} ({'fast' if fast else 'full'} sizes)",
+        f"## Validation run {stamp} ({'fast' if fast else 'full'} sizes"
+        f"{', stopped early' if stopped else ''})",
         "",
         f"{passed} of {len(checks)} checks passed; total wall time {wall_time_s:.0f} s. "
         f"{environment}",
         "",
-        markdown_table(checks),
-        "",
     ]
+    for r in stopped:
+        out += [
+            f"**Stopped early**: {r.name} was interrupted ({r.interrupted}) and has no results"
+            + (f"; not run: {', '.join(not_run)}." if not_run else "."),
+            "",
+        ]
+    out += [markdown_table(checks), ""]
     for r in results:
-        out += [f"### {r.name} ({r.wall_time_s:.0f} s)", ""]
+        took = (
+            f"interrupted after {r.wall_time_s:.0f} s"
+            if r.interrupted
+            else f"{r.wall_time_s:.0f} s"
+        )
+        out += [f"### {r.name} ({took})", ""]
         for k, note in enumerate(r.notes):
             out.append(note)
             if not note.startswith("- ") and k + 1 < len(r.notes):

@@ -34,14 +34,14 @@ sys.path.insert(0, str(ROOT))
 from kernels import nudging  # noqa: E402
 from solver.api import compose_config  # noqa: E402
 from solver.app import enable_precision  # noqa: E402
-from solver.simulation import simulate  # noqa: E402
+from solver.run import simulate  # noqa: E402
 
 AMPLITUDE = 0.25  # relative inflow variation
 PERIOD_S = 3.0
 
 
 class TruthHook:
-    """Drives the truth run's inflow and samples its probes (a solver.simulation.ChunkHook)."""
+    """Drives the truth run's inflow and samples its probes (a solver.model.ChunkHook)."""
 
     name = "truth"
     unbounded = False
@@ -55,7 +55,8 @@ class TruthHook:
         self.rows: list[tuple[float, str, list[float], str]] = []
         self._nominal = None
 
-    def start(self, case, dist, output_dir, first_step):
+    def start(self, model, output_dir, first_step):
+        case = model.case
         self.units, self.setup = case.units, case.setup
         self.probes = [s for s in self.twin.sensors.values() if s.kind == "velocity_probe"]
         origin = np.asarray(case.origin)
@@ -78,7 +79,8 @@ class TruthHook:
     def u_max(self, t: float) -> float:
         return self.u0 * (1.0 + self.amplitude * math.sin(2.0 * math.pi * t / self.period))
 
-    def after_chunk(self, step, state, geometry):
+    def after_chunk(self, step, model, state):
+        geometry = model.geometry
         t = step * self.units.dt
         if self._nominal is None:
             self._nominal = geometry.open_velocity[self.inlet]
@@ -93,7 +95,8 @@ class TruthHook:
                 self.rows.append((t, sensor.id, [noisy], "m/s"))
         velocities = list(geometry.open_velocity)
         velocities[self.inlet] = self._nominal * (u_max / self.u0)
-        return state, dataclasses.replace(geometry, open_velocity=tuple(velocities))
+        model.geometry = dataclasses.replace(geometry, open_velocity=tuple(velocities))
+        return state
 
     def summary(self):
         return {"rows": len(self.rows), "amplitude": self.amplitude, "period_s": self.period}

@@ -58,10 +58,10 @@ import numpy as np
 
 from kernels.lattices import LATTICES, lattice_by_name
 from solver.bench.fluid import PRECISIONS, build_setup, initial_fields
+from solver.checkpoint.config import CheckpointConfig
 from solver.checkpoint.digest import state_digest
 from solver.checkpoint.session import RunCheckpoints
 from solver.checkpoint.store import CheckpointStore
-from solver.config import CheckpointConfig
 from solver.distributed.distribution import Distribution, distribute
 from solver.distributed.runtime import start
 from solver.fluid.setup import FluidSetup

@@ -173,6 +173,5 @@ def run_worker(args: argparse.Namespace) -> int:
             path = os.path.join(args.results, f"process_{runtime.process_index}.jsonl")
             with open(path, "a") as fh:
                 fh.write(json.dumps(record) + "\n")
-    if runtime.comm is None and runtime.process_count > 1:
-        jax.distributed.shutdown()
+    runtime.shutdown()
     return 0

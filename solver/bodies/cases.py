@@ -1,7 +1,7 @@
 """Rigid-body cases: a Scene, its BodySetup and the initial Bodies, built from a case config.
 
 Host-side NumPy and validation only; nothing here is traced. Every bad value raises
-``solver.config.ConfigError`` (one line naming the key), also a time step above the stability limit
+``solver.errors.ConfigError`` (one line naming the key), also a time step above the stability limit
 of the contact stiffness (``solver.bodies.step.stable_time_step``), with a suggested step.
 
 Cases:
@@ -23,6 +23,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import jax.numpy as jnp
 import numpy as np
@@ -30,6 +31,15 @@ import numpy as np
 from kernels import clump, quaternion, rigid_body
 from kernels.neighbor_search import CellGrid
 from kernels.rigid_body import Bodies
+from solver.bodies.config import (
+    BounceConfig,
+    BoxFillConfig,
+    CradleConfig,
+    InclineConfig,
+    MaterialConfig,
+    ProjectileConfig,
+    TumblingConfig,
+)
 from solver.bodies.packings import check_overlaps, overlapping_pairs, random_spheres_in_box
 from solver.bodies.scene import (
     BodyArrays,
@@ -40,17 +50,10 @@ from solver.bodies.scene import (
     scene_from_dict,
 )
 from solver.bodies.step import BodySetup, stable_time_step
-from solver.config import (
-    BounceConfig,
-    BoxFillConfig,
-    CradleConfig,
-    InclineConfig,
-    MaterialConfig,
-    ProjectileConfig,
-    RunConfig,
-    TumblingConfig,
-)
 from solver.errors import ConfigError
+
+if TYPE_CHECKING:
+    from solver.config import RunConfig
 
 PROJECTILE_STEPS = 1500  # steps of a projectile run with dt = null
 DT_FRACTION = 0.5  # dt = null: this fraction of the stable step

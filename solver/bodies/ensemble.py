@@ -28,10 +28,10 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
+from typing import TYPE_CHECKING
 
 import jax
 import jax.numpy as jnp
@@ -40,7 +40,9 @@ import numpy as np
 from kernels import rigid_body
 from kernels.rigid_body import Bodies
 from solver.bodies.cases import BodyCase, build_body_case
+from solver.bodies.config import EnsembleConfig
 from solver.bodies.scene import rotation_matrices
+from solver.bodies.scene_case import bodies_outside
 from solver.bodies.step import (
     BodySetup,
     ContactParams,
@@ -50,15 +52,21 @@ from solver.bodies.step import (
     overflow_message,
     stable_time_step,
 )
-from solver.config import EnsembleConfig, RunConfig
+from solver.checkpoint.flat import flatten_leaves, unflatten_leaves
 from solver.distributed.members import member_sharding
-from solver.errors import ConfigError
+from solver.errors import BodyOverflowError, ConfigError
+from solver.model import OutputSchedule, Problem
+
+if TYPE_CHECKING:
+    from solver.config import RunConfig
 
 log = logging.getLogger("solver")
 
 DT_FRACTION = 0.5  # dt = null: this fraction of the smallest stable step (as solver.bodies.cases)
 HOST_BYTES_MAX = 8 << 30  # per-member series and output states kept on the host for diagnostics
 SERIES = ("kinetic", "potential", "momentum", "angular_momentum", "contacts")
+FRAME_FIELDS = ("position", "orientation", "velocity", "angular_velocity", "contact_count")
+OUTPUTS_PER_RUN = 50  # states kept per member when the case's output_every is null
 _SPHERE_FIELDS = {  # sweep name -> (ContactParams sphere field, plane field or None)
     "restitution": ("restitution", "plane_restitution"),
     "friction": ("friction", "plane_friction"),
@@ -288,100 +296,171 @@ def check_host_memory(size: int, steps: int, outputs: int, n: int) -> None:
         )
 
 
-def simulate_ensemble(config: RunConfig, output_dir: Path, interactive: bool | None = None):
-    """Run ``config.bodies.ensemble.size`` members of a body case; write run.json, ensemble.h5.
+class EnsembleModel:
+    """``bodies.ensemble.size`` members of a body case as one model of the run loop.
 
-    Returns a ``solver.bodies.simulation.BodyOutcome``; raises ``BodyOverflowError`` naming the
-    member when a neighbour-search buffer overflows (after writing run.json and ensemble.h5).
+    State: the members' ``BodyState`` with a leading member axis, padded to a multiple of the
+    device count and sharded over all devices. Checkpoints hold the unpadded members on the host
+    (``HostLayout``), so a run resumes on another number of devices. Writes run.json's
+    "ensemble" section and ensemble.h5; a member's buffer overflow stops the run naming it
+    (``BodyOverflowError``, after run.json and ensemble.h5).
     """
-    from solver.bodies.scene_case import bodies_outside
-    from solver.bodies.simulation import BodyOutcome, BodyOverflowError, output_steps
-    from solver.output.progress import Progress
-    from solver.output.summary import write_run_json
 
-    t_start = time.perf_counter()
-    output_dir = Path(output_dir)
-    output_dir.mkdir(parents=True, exist_ok=True)
-    ensemble = config.bodies.ensemble
-    case = build_body_case(config)
-    members = build_members(case, config)
-    setup, size = members.setup, members.size
-    dt = setup.dt
-    if config.steps is not None:
-        total = config.steps
-    else:
-        total = max(1, round(case.default_steps * case.setup.dt / dt))
-    outputs_at = output_steps(total, case.output_every, config.chunk)
-    check_host_memory(size, total, len(outputs_at), setup.n_bodies)
-    padded, sharding = member_sharding(size)
-    devices = len(sharding.mesh.devices.flat)
-    log.info(
-        "%s ensemble: %d members (%d device(s)%s), %d sphere(s), %d plane(s), dt = %.4g s, "
-        "%d steps",
-        case.name,
-        size,
-        len(sharding.mesh.devices.flat),
-        f", padded to {padded}" if padded != size else "",
-        setup.n_bodies,
-        setup.n_planes,
-        dt,
-        total,
-    )
+    def __init__(self, config: RunConfig, runtime, output_dir: Path) -> None:
+        from solver.distributed.distribution import HostLayout
 
-    def put(tree):
-        return jax.device_put(jax.tree.map(jnp.asarray, _pad(tree, padded)), sharding)
+        self.config = config
+        self.output_dir = Path(output_dir)
+        self.runtime = runtime
+        self.ensemble = config.bodies.ensemble
+        self.case = case = build_body_case(config)
+        self.members = members = build_members(case, config)
+        self.setup = setup = members.setup
+        self.size = size = members.size
+        self.dt = dt = setup.dt
+        if config.steps is not None:
+            self.total = config.steps
+        else:
+            self.total = max(1, round(case.default_steps * case.setup.dt / dt))
+        self.schedule = OutputSchedule.of(
+            self.total, case.output_every, False, OUTPUTS_PER_RUN, config.chunk
+        )
+        outputs = len(range(0, self.total, self.schedule.every)) + 1
+        check_host_memory(size, self.total, outputs, setup.n_bodies)
+        self.padded, self.sharding = member_sharding(size)
+        self.devices = len(self.sharding.mesh.devices.flat)
+        self.name = case.name
+        self.label = f"{case.name} x{size}"
+        self.work = setup.n_bodies * size
+        self.layout = HostLayout(runtime, {"members": size, "devices": self.devices})
+        self.identity = {
+            "case": case.name,
+            "bodies": setup.n_bodies,
+            "spheres": setup.n_spheres,
+            "members": size,
+            "precision": "float64",
+        }
+        log.info(
+            "%s ensemble: %d members (%d device(s)%s), %d sphere(s), %d plane(s), dt = %.4g s, "
+            "%d steps",
+            case.name,
+            size,
+            self.devices,
+            f", padded to {self.padded}" if self.padded != size else "",
+            setup.n_bodies,
+            setup.n_planes,
+            dt,
+            self.total,
+        )
+        self.params = self._put(members.params)
+        self._chunk = make_ensemble_chunk(setup)
+        self._diag = jax.jit(jax.vmap(lambda s, p: diagnostics(setup, s, p)))
+        self._omega = jax.jit(jax.vmap(rigid_body.angular_velocity))
+        self.series: dict[str, list] = {}
+        self.frames: dict[str, list] = {k: [] for k in FRAME_FIELDS}
+        self.times: list[float] = []
+        self.left_grid: dict | None = None
+        self._template = None
 
-    params = put(members.params)
-    bodies = put(members.bodies)
-    states = jax.jit(jax.vmap(lambda b, p: initial_state(setup, b, p)))(bodies, params)
-    chunk_fn = make_ensemble_chunk(setup)
-    diag_fn = jax.jit(jax.vmap(lambda s, p: diagnostics(setup, s, p)))
-    omega_fn = jax.jit(jax.vmap(rigid_body.angular_velocity))
+    def _put(self, tree):
+        return jax.device_put(jax.tree.map(jnp.asarray, _pad(tree, self.padded)), self.sharding)
 
-    def host_series(diag) -> dict:
+    def _host_series(self, diag) -> dict:
         d = jax.device_get(diag)
         return {
-            "kinetic": np.asarray(d.kinetic_energy)[:size],
-            "potential": np.asarray(d.potential_energy)[:size],
-            "momentum": np.asarray(d.momentum)[:size],
-            "angular_momentum": np.asarray(d.angular_momentum)[:size],
-            "contacts": np.asarray(d.contacts)[:size],
+            "kinetic": np.asarray(d.kinetic_energy)[: self.size],
+            "potential": np.asarray(d.potential_energy)[: self.size],
+            "momentum": np.asarray(d.momentum)[: self.size],
+            "angular_momentum": np.asarray(d.angular_momentum)[: self.size],
+            "contacts": np.asarray(d.contacts)[: self.size],
         }
 
-    first = host_series(diag_fn(states, params))
-    series = {k: [v[:, None]] for k, v in first.items()}  # blocks of (E, S, ...)
-    frames: dict[str, list] = {
-        "position": [],
-        "orientation": [],
-        "velocity": [],
-        "angular_velocity": [],
-        "contact_count": [],
-    }
-    times: list[float] = []
-    left_grid: dict | None = None
+    # ------------------------------------------------------------------ state
 
-    def record(step: int) -> None:
+    def initial_state(self):
+        setup = self.setup
+        bodies = self._put(self.members.bodies)
+        states = jax.jit(jax.vmap(lambda b, p: initial_state(setup, b, p)))(bodies, self.params)
+        first = self._host_series(self._diag(states, self.params))
+        self.series = {k: [v[:, None]] for k, v in first.items()}  # blocks of (E, S, ...)
+        return states
+
+    def checkpoint_view(self, states):
+        view = jax.tree.map(lambda leaf: np.asarray(leaf)[: self.size], jax.device_get(states))
+        if self._template is None:  # the first view is of the initial state (resume's template)
+            self._template = view
+        return flatten_leaves(view)
+
+    def checkpoint_host(self, step: int, states) -> tuple[dict, dict]:
+        host = {
+            "step": np.asarray([step], np.int64),
+            "frame_times": np.asarray(self.times, np.float64),
+            **{f"series.{k}": np.concatenate(v, axis=1) for k, v in self.series.items()},
+            **{f"frame.{k}": np.stack(v, axis=1) for k, v in self.frames.items()},
+        }
+        return host, {"time_s": step * self.dt}
+
+    def restored(self, view, host: dict, step: int):
+        self.series = {k: [np.asarray(host[f"series.{k}"])] for k in SERIES}
+        self.times = [float(t) for t in host["frame_times"]]
+        self.frames = {
+            k: list(np.moveaxis(np.asarray(host[f"frame.{k}"]), 1, 0)) for k in FRAME_FIELDS
+        }
+        return self._put(unflatten_leaves(view, self._template))
+
+    # ------------------------------------------------------------------ outputs
+
+    def open_outputs(self, step: int, resumed: bool, states) -> dict[str, str]:
+        if not resumed or step in self.schedule:
+            self.write(step, states)
+        return {"ensemble_h5": str(self.output_dir / "ensemble.h5")}
+
+    def write(self, step: int, states) -> None:
+        if self.times and self.times[-1] == step * self.dt:  # written again on resume
+            return
         host = jax.device_get(
             {
                 "position": states.bodies.position,
                 "orientation": states.bodies.orientation,
                 "velocity": states.bodies.velocity,
-                "angular_velocity": omega_fn(states.bodies),
+                "angular_velocity": self._omega(states.bodies),
                 "contact_count": states.contact_count,
             }
         )
         for key, value in host.items():
-            frames[key].append(np.asarray(value)[:size])
-        times.append(step * dt)
+            self.frames[key].append(np.asarray(value)[: self.size])
+        self.times.append(step * self.dt)
 
-    def check_grid(step: int, positions: np.ndarray) -> None:
-        nonlocal left_grid
-        if left_grid is not None:
+    # ------------------------------------------------------------------ stepping
+
+    def advance(self, states, n: int):
+        return self._chunk(states, self.params, n)
+
+    def check(self, states, done: int) -> Problem | None:
+        overflow = member_overflow(self.setup, jax.device_get(states.overflow), self.size)
+        if overflow is None:
+            return None
+        bad, message = overflow
+        self._overflowed = bad
+        return Problem(
+            "overflow",
+            f"neighbour-search overflow by step {done} in {len(bad)} member(s) {bad[:10]}; "
+            f"{message}",
+            BodyOverflowError,
+        )
+
+    def record(self, first: int, n: int, states, report) -> None:
+        for key, value in self._host_series(report).items():
+            self.series[key].append(value)
+        self._check_grid(first + n, np.asarray(jax.device_get(states.bodies.position))[: self.size])
+
+    def _check_grid(self, step: int, positions: np.ndarray) -> None:
+        if self.left_grid is not None:
             return
-        for m in range(size):
-            outside = bodies_outside(setup.grid, positions[m])
+        for m in range(self.size):
+            outside = bodies_outside(self.setup.grid, positions[m])
             if outside.size:
-                left_grid = {
+                self.left_grid = {
                     "step": step,
                     "member": m,
                     "bodies": outside[:10].tolist(),
@@ -397,86 +476,45 @@ def simulate_ensemble(config: RunConfig, output_dir: Path, interactive: bool | N
                 )
                 return
 
-    record(0)
-    timing = {"compile_s": 0.0, "run_s": 0.0}
-    outputs = {
-        "ensemble_h5": str(output_dir / "ensemble.h5"),
-        "run_json": str(output_dir / "run.json"),
-    }
+    # ------------------------------------------------------------------ the end
 
-    def finish(status: str, done: int, overflowed: list[int]) -> dict:
-        table = {k: np.concatenate(v, axis=1) for k, v in series.items()}
-        stacked = {k: np.stack(v, axis=1) for k, v in frames.items()}  # (E, T, ...)
-        _write_h5(
-            output_dir / "ensemble.h5",
-            case,
-            setup,
-            members,
-            table,
-            stacked,
-            times,
-            ensemble.saved_members,
-        )
-        return write_run_json(
-            output_dir / "run.json",
-            _summary(
-                config,
-                case,
-                members,
+    def conclude(self, status: str, done: int, states, timing: dict) -> dict:
+        overflowed = getattr(self, "_overflowed", []) if status == "overflow" else []
+        if status == "overflow":
+            self.write(done, states)
+        table = {k: np.concatenate(v, axis=1) for k, v in self.series.items()}
+        stacked = {k: np.stack(v, axis=1) for k, v in self.frames.items()}  # (E, T, ...)
+        if self.runtime.is_root:
+            _write_h5(
+                self.output_dir / "ensemble.h5",
+                self.case,
+                self.setup,
+                self.members,
                 table,
                 stacked,
-                np.array(times),
-                status,
-                done,
-                overflowed,
-                left_grid,
-                timing,
-                t_start,
-                padded,
-                devices,
-                outputs,
-            ),
+                self.times,
+                self.ensemble.saved_members,
+            )
+        self.final_fields = {
+            k: stacked[k][:, -1]
+            for k in ("position", "orientation", "velocity", "angular_velocity")
+        }
+        return _summary(
+            self.config,
+            self.case,
+            self.members,
+            table,
+            stacked,
+            np.array(self.times),
+            overflowed,
+            self.left_grid,
+            timing,
+            self.padded,
+            self.devices,
         )
 
-    done = 0
-    pending = [s for s in outputs_at if s > 0]
-    with Progress(
-        total,
-        dt,
-        setup.n_bodies * size,
-        interactive,
-        config.output.log_interval,
-        label=f"{case.name} x{size}",
-    ) as progress:
-        while done < total:
-            n = min(config.chunk, pending[0] - done)
-            t0 = time.perf_counter()
-            states, diag = chunk_fn(states, params, n)
-            block = host_series(diag)
-            elapsed = time.perf_counter() - t0
-            timing["run_s" if done else "compile_s"] += elapsed  # the first chunk compiles
-            done += n
-            for key, value in block.items():
-                series[key].append(value)
-            check_grid(done, np.asarray(jax.device_get(states.bodies.position))[:size])
-            overflow = member_overflow(setup, jax.device_get(states.overflow), size)
-            if overflow is not None:
-                record(done)
-                bad, message = overflow
-                result = finish("overflow", done, bad)
-                raise BodyOverflowError(
-                    f"neighbour-search overflow by step {done} in {len(bad)} member(s) "
-                    f"{bad[:10]}; {message}",
-                    result,
-                    output_dir,
-                )
-            if done == pending[0]:
-                record(done)
-                pending.pop(0)
-            rate = setup.n_bodies * size * (done - n) / timing["run_s"] if timing["run_s"] else 0
-            progress.update(done, rate / 1e6)
-    result = finish("completed", done, [])
-    return BodyOutcome(case=case, summary=result, output_dir=output_dir)
+    def summary_lines(self, summary: dict) -> list[str]:
+        return summary_lines(summary)
 
 
 def _member_diagnostics(
@@ -499,22 +537,9 @@ def _member_diagnostics(
 
 
 def _summary(
-    config,
-    case,
-    members,
-    table,
-    stacked,
-    times,
-    status,
-    done,
-    overflowed,
-    left_grid,
-    timing,
-    t_start,
-    padded,
-    devices,
-    outputs,
+    config, case, members, table, stacked, times, overflowed, left_grid, timing, padded, devices
 ) -> dict:
+    """The ensemble's part of run.json (the run loop adds status, steps, times and outputs)."""
     setup, size = members.setup, members.size
     ensemble = config.bodies.ensemble
     total = table["kinetic"] + table["potential"]  # (E, S)
@@ -545,18 +570,11 @@ def _summary(
     stats = {k: aggregate([p["diagnostics"].get(k) for p in per_member]) for k in keys}
     stats["energy_relative_drift"] = aggregate(list(drift))
     stats["energy_total_last_J"] = aggregate(list(last))
-    run_s = timing["run_s"]
     return {
-        "status": status,
-        "case": case.name,
         "kind": "bodies",
-        "steps": done,
-        "time_s": done * setup.dt,
         "dt_s": setup.dt,
         "stable_dt_s": min(members.stable_dt),
-        "wall_time_s": time.perf_counter() - t_start,
-        "compile_time_s": timing["compile_s"],
-        "body_steps_per_s": setup.n_bodies * size * done / run_s if run_s > 0 else None,
+        "body_steps_per_s": timing["rate"] if timing["run"] > 0 else None,
         "bodies": setup.n_bodies,
         "planes": setup.n_planes,
         "contact_model": setup.contact_model,
@@ -579,8 +597,6 @@ def _summary(
             "members": per_member,
         },
         "info": case.info,
-        "outputs": outputs,
-        "config": config.resolved,
     }
 
 

@@ -1,7 +1,7 @@
 """Rigid-body scenes: materials and bodies from the config, a YAML file or an HDF5 file.
 
 A scene is host-side data (NumPy), validated before anything is traced: every bad value raises
-``solver.config.ConfigError`` naming the key path (``bodies.scene.bodies[3].radius``), the value and
+``solver.errors.ConfigError`` naming the key path (``bodies.scene.bodies[3].radius``), the value and
 the allowed range. Overlap checks and packing generators live in ``solver.bodies.packings``.
 
 Mapping form (the Hydra config's ``bodies.scene`` and YAML files; YAML is read with
@@ -474,22 +474,76 @@ def scene_from_dict(data: Any, key_prefix: str = "bodies.scene") -> Scene:
     return Scene(materials, bodies)
 
 
-def load_scene(path: str | Path) -> Scene:
-    """Read a scene from ``.yaml``/``.yml`` (``yaml.safe_load``) or ``.h5``/``.hdf5``."""
-    path = Path(path)
-    suffix = path.suffix.lower()
-    if suffix in (".yaml", ".yml"):
-        import yaml
+YAML_SUFFIXES = (".yaml", ".yml")
+HDF5_SUFFIXES = (".h5", ".hdf5")
+SCENE_FILE = "a readable scene file: a YAML mapping (.yaml, .yml) or HDF5 (.h5, .hdf5)"
 
-        try:
-            data = yaml.safe_load(path.read_text())
-        except yaml.YAMLError as error:
-            problem = str(error).splitlines()[0]
-            raise ConfigError(str(path), problem, "plain YAML (no tags)") from None
-        return scene_from_dict(data, key_prefix=str(path))
-    if suffix in (".h5", ".hdf5"):
-        return scene_from_dict(_read_h5(path), key_prefix=str(path))
-    raise ConfigError(str(path), suffix, "a .yaml, .yml, .h5 or .hdf5 file")
+
+def load_scene(path: str | Path, key: str = "case.file") -> Scene:
+    """Read a scene from ``.yaml``/``.yml`` (``yaml.safe_load``) or ``.h5``/``.hdf5``.
+
+    Raises:
+        ConfigError: naming ``key`` (the config key that gave the path) and the path, with the
+            reason, when the file is no scene: missing, a directory, unreadable, another
+            suffix, YAML that does not parse (with the line), a top level that is not a
+            mapping, not HDF5, or HDF5 without the scene's groups. A bad value inside a file
+            names its place there instead (``PATH.bodies[2].radius``).
+    """
+    path = Path(path)
+
+    def refuse(reason: str) -> ConfigError:
+        return ConfigError(key, str(path), SCENE_FILE, hint=reason)
+
+    suffix = path.suffix.lower()
+    if path.is_dir():
+        raise refuse("it is a directory")
+    if not path.exists():
+        raise refuse("no such file")
+    if suffix not in YAML_SUFFIXES + HDF5_SUFFIXES:
+        raise refuse(
+            f"its name ends in {suffix!r}, not .yaml, .yml, .h5 or .hdf5"
+            if suffix
+            else "its name has no .yaml, .yml, .h5 or .hdf5 suffix"
+        )
+    try:
+        with path.open("rb"):
+            pass
+    except OSError as error:
+        raise refuse(f"cannot read it: {error.strerror or error}") from None
+    if suffix in HDF5_SUFFIXES:
+        import h5py
+
+        if not h5py.is_hdf5(path):
+            raise refuse("not an HDF5 file (no HDF5 signature)")
+        return scene_from_dict(_read_h5(path, refuse), key_prefix=str(path))
+    return scene_from_dict(_read_yaml(path, refuse), key_prefix=str(path))
+
+
+def _read_yaml(path: Path, refuse) -> Any:
+    import yaml
+
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise refuse(f"not a text file (byte {error.start} is not UTF-8)") from None
+    except OSError as error:
+        raise refuse(f"cannot read it: {error.strerror or error}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        problem = getattr(error, "problem", None) or str(error).splitlines()[0]
+        mark = getattr(error, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        what = "a YAML tag, which is not read (plain YAML only)" if "tag" in problem else "not YAML"
+        raise refuse(f"{what}: {problem}{where}") from None
+    if data is None:
+        raise refuse("the file is empty")
+    if not isinstance(data, dict):
+        raise refuse(
+            f"not a YAML mapping of materials and bodies (the top level is a "
+            f"{type(data).__name__}: {str(data)[:40]!r})"
+        )
+    return data
 
 
 def save_scene(scene: Scene, path: str | Path) -> None:
@@ -537,7 +591,18 @@ def save_scene(scene: Scene, path: str | Path) -> None:
         c["offset"] = np.array(member_offset, dtype=float).reshape(-1, 3)
 
 
-def _read_h5(path: Path) -> dict[str, Any]:
+def _read_h5(path: Path, refuse) -> dict[str, Any]:
+    try:
+        return _read_h5_scene(path)
+    except KeyError as error:
+        raise refuse(
+            f"an HDF5 file without the scene layout (groups materials, bodies; {error})"
+        ) from None
+    except OSError as error:
+        raise refuse(f"cannot read it as HDF5: {error}") from None
+
+
+def _read_h5_scene(path: Path) -> dict[str, Any]:
     import h5py
 
     with h5py.File(path, "r") as f:

@@ -25,10 +25,10 @@ from typing import Any
 import numpy as np
 
 from kernels.neighbor_search import CellGrid
+from solver.bodies.config import SceneCaseConfig
 from solver.bodies.packings import check_overlaps, clump_lattice, random_spheres_in_box
 from solver.bodies.scene import Scene, load_scene, scene_from_dict
 from solver.bodies.step import BodySetup, stable_time_step
-from solver.config import SceneCaseConfig
 from solver.errors import ConfigError
 
 MAX_CELLS = 1 << 22  # a larger grid uses larger cells instead of more

@@ -6,7 +6,10 @@ checkpoint and exits with ``EXIT_PREEMPTED``. A second SIGTERM while that happen
 caught again: the default action ends the process at once (a user who insists).
 
 A Python handler that was installed before (submitit's, which requeues the job under the
-Hydra Slurm launcher) is not lost: ``hand_over`` calls it once the checkpoint is written.
+Hydra Slurm launcher) is not lost: ``hand_over`` calls it once the checkpoint is written. One
+that took a stop signal already (a caller running several runs in turn, e.g. the validation
+suite, whose handler has a ``stop_requested`` attribute naming the signal) stops the run at its
+first chunk end, as if the signal had come during the run.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ class StopRequests:
     def __init__(self) -> None:
         self.signal_name: str | None = None
         self._previous: dict[int, object] = {}
+        self._inherited = False
 
     def _handle(self, signum, frame) -> None:
         name = signal.Signals(signum).name
@@ -45,20 +49,42 @@ class StopRequests:
     def hand_over(self) -> None:
         """Call the handler the received signal had before (if it was a Python function),
         e.g. submitit's requeue; it may exit the process."""
-        if self.signal_name is None:
+        if self.signal_name is None or self._inherited:
             return
         previous = self._previous.get(self._signum)
         if callable(previous):
             log.info("passing %s on to the handler installed before the run", self.signal_name)
             previous(self._signum, self._frame)
 
+    def reinstall(self) -> None:
+        """Take the stop signals back after a library installed handlers of its own: JAX's
+        distributed runtime catches SIGTERM for its preemption notifier (C++), which would
+        swallow a Slurm or mpirun stop request."""
+        if not self._previous:
+            return  # not installed (not the main thread)
+        for sig in STOP_SIGNALS:
+            if sig == signal.SIGTERM and self.signal_name is not None:
+                continue  # a second SIGTERM keeps its default action
+            signal.signal(sig, self._handle)
+
     def __enter__(self) -> StopRequests:
         if threading.current_thread() is threading.main_thread():
             for sig in STOP_SIGNALS:
                 self._previous[sig] = signal.signal(sig, self._handle)
+            pending = next(
+                (p.stop_requested for p in self._previous.values() if _stop_requested(p)), None
+            )
+            if pending is not None:
+                self.signal_name, self._inherited = pending, True
+                log.warning("%s received before the run: stopping after its first chunk", pending)
         return self
 
     def __exit__(self, *exc) -> None:
         for sig, previous in self._previous.items():
             signal.signal(sig, previous)
         self._previous.clear()
+
+
+def _stop_requested(handler: object) -> bool:
+    """Whether ``handler`` (installed before a run) took a stop signal already."""
+    return isinstance(getattr(handler, "stop_requested", None), str)

@@ -21,16 +21,18 @@ from pathlib import Path
 import jax
 import numpy as np
 
+from solver.checkpoint.config import CheckpointConfig
 from solver.checkpoint.digest import state_digest
 from solver.checkpoint.store import CheckpointStore, DamagedCheckpointError
 from solver.checkpoint.striping import ocdbt_file_size, prepare_directory
-from solver.config import CheckpointConfig
 from solver.distributed.distribution import Distribution
 from solver.errors import ConfigError
+from solver.output.directory import ALLOWED, directory_problem
 
 log = logging.getLogger("solver")
 
-# Keys a resumed run must share with its checkpoint; other differences are reported only.
+# Keys a resumed fluid run shares with its checkpoint (a model's ``identity``; other models name
+# their own); other differences are reported only.
 COMPATIBLE_KEYS = ("case", "lattice", "shape", "precision")
 
 
@@ -77,7 +79,9 @@ def _flatten(data, prefix: str = "") -> dict:
     return out
 
 
-def config_differences(saved: dict, current: dict, sections=("case", "fluid")) -> list[str]:
+def config_differences(
+    saved: dict, current: dict, sections=("case", "fluid", "bodies")
+) -> list[str]:
     """``key: saved -> current`` for every differing key under ``sections``."""
     a, b = _flatten(saved), _flatten(current)
     keys = sorted(k for k in set(a) | set(b) if k.split(".")[0] in sections)
@@ -93,6 +97,8 @@ class RunCheckpoints:
         dist: the run's distribution (processes, layouts, agreement).
         identity: what a resumed run must match (``COMPATIBLE_KEYS``).
         resolved: the whole resolved config (stored, and compared on resume).
+        view: the state as the checkpoint holds it, from the state the run loop carries
+            (asked for only when a save happens; default: the state itself).
     """
 
     def __init__(
@@ -102,8 +108,10 @@ class RunCheckpoints:
         dist: Distribution,
         identity: dict,
         resolved: dict,
+        view=None,
     ) -> None:
         self.config = config
+        self.view = view if view is not None else (lambda state: state)
         self.dist = dist
         self.identity = identity
         self.resolved = resolved
@@ -122,6 +130,18 @@ class RunCheckpoints:
     def _open(self) -> None:
         config = self.config
         file_size = ocdbt_file_size(config.stripe_size, config.stripe_count, config.file_size)
+        # made and probed on process 0 before anything is allocated; every process raises
+        problem = directory_problem(self.directory) if self.dist.is_root else None
+        problem = self.dist.runtime.broadcast_text(problem or "") or None
+        if problem is not None:
+            raise ConfigError(
+                "checkpoint.dir",
+                str(config.dir) if config.dir else str(self.directory),
+                ALLOWED,
+                hint=problem
+                + ("" if config.dir else " (the default, <run dir>/checkpoints)")
+                + "; or checkpoint=none",
+            )
         if self.dist.is_root:
             result = prepare_directory(self.directory, config.stripe_count, config.stripe_size)
             self.striping = result.message
@@ -268,16 +288,22 @@ class RunCheckpoints:
 
     def _check_compatible(self, meta: dict, path: Path, total: int) -> None:
         saved = meta.get("identity", {})
+        keys = list(self.identity) + [k for k in saved if k not in self.identity]
         mismatches = [
             f"{key} {saved.get(key)} in the checkpoint, {self.identity.get(key)} now"
-            for key in COMPATIBLE_KEYS
+            for key in keys
             if saved.get(key) != self.identity.get(key)
         ]
         if mismatches:
+            same = (
+                "case, lattice, grid and precision"
+                if set(keys) == set(COMPATIBLE_KEYS)
+                else ", ".join(keys)
+            )
             raise ConfigError(
                 "checkpoint.resume",
                 str(path),
-                "a checkpoint of the same case, lattice, grid and precision",
+                f"a checkpoint of the same {same}",
                 hint="; ".join(mismatches)
                 + " (use another run dir, checkpoint.dir, or checkpoint.resume=never)",
             )
@@ -343,17 +369,14 @@ class RunCheckpoints:
         """Save ``step`` (see ``after_chunk``); with ``wait``, until it is on disk."""
         if self.store is None or step == self.last_saved_step:
             return
+        state = self.view(state)
         host, meta = extras()
         full_meta = {
             **meta,
             "identity": self.identity,
             "config": self.resolved,
             "versions": _versions(),
-            "domain": {
-                "mesh": list(self.dist.decomposition.mesh),
-                "backend": self.dist.backend,
-                "processes": self.dist.runtime.process_count,
-            },
+            "domain": self.dist.describe(),
             "digest": self._digest(state),
             "written_utc": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         }

@@ -249,19 +249,15 @@ class Distribution:
 
     def any_process(self, flags: list[bool]) -> list[bool]:
         """Each flag OR-ed over all processes (every process must call this)."""
-        if self.runtime.process_count == 1:
-            return [bool(f) for f in flags]
-        mine = np.asarray([int(bool(f)) for f in flags], dtype=np.int32)
-        if self.runtime.comm is not None:
-            from mpi4py import MPI
+        return any_process(self.runtime, flags)
 
-            out = np.empty_like(mine)
-            self.runtime.comm.Allreduce(mine, out, op=MPI.MAX)
-            return [bool(v) for v in out]
-        from jax.experimental import multihost_utils
-
-        every = np.asarray(multihost_utils.process_allgather(mine))
-        return [bool(v) for v in every.reshape(-1, len(flags)).max(axis=0)]
+    def describe(self) -> dict:
+        """How the state was laid out (stored with a checkpoint)."""
+        return {
+            "mesh": list(self.decomposition.mesh),
+            "backend": self.backend,
+            "processes": self.runtime.process_count,
+        }
 
     def sum_blocks(self, values: list[int]) -> list[int]:
         """Per-block integers summed over the MPI processes (mpi); unchanged otherwise, where
@@ -269,6 +265,70 @@ class Distribution:
         if self.backend != "mpi":
             return [int(v) for v in values]
         return [int(v) for v in self.runtime.comm.allreduce(np.asarray(values, dtype=object))]
+
+
+def any_process(runtime: Runtime, flags: list[bool]) -> list[bool]:
+    """Each flag OR-ed over all processes of ``runtime`` (every process must call this)."""
+    if runtime.process_count == 1:
+        return [bool(f) for f in flags]
+    mine = np.asarray([int(bool(f)) for f in flags], dtype=np.int32)
+    if runtime.comm is not None:
+        from mpi4py import MPI
+
+        out = np.empty_like(mine)
+        runtime.comm.Allreduce(mine, out, op=MPI.MAX)
+        return [bool(v) for v in out]
+    from jax.experimental import multihost_utils
+
+    every = np.asarray(multihost_utils.process_allgather(mine))
+    return [bool(v) for v in every.reshape(-1, len(flags)).max(axis=0)]
+
+
+class HostLayout:
+    """A state that every process holds whole on the host (NumPy arrays), as checkpoints see
+    it: the rigid-body models hand their state over in this form (gathered, in body order,
+    without padding), so that a checkpoint restores onto any number of devices and processes.
+
+    Offers what ``solver.checkpoint.session.RunCheckpoints`` asks of a layout; every leaf is
+    replicated (Orbax writes NumPy leaves from process 0 and every process reads them).
+
+    Args:
+        runtime: the started runtime.
+        description: how the model laid the state out (stored with a checkpoint), e.g.
+            ``{"mesh": [2, 1, 1]}`` or ``{"members": 8}``.
+    """
+
+    backend = "host"
+
+    def __init__(self, runtime: Runtime, description: dict) -> None:
+        self.runtime = runtime
+        self.description = description
+
+    @property
+    def is_root(self) -> bool:
+        return self.runtime.is_root
+
+    def describe(self) -> dict:
+        return {**self.description, "backend": "host", "processes": self.runtime.process_count}
+
+    def restore_targets(self, tree):
+        """NumPy templates: Orbax restores NumPy arrays of their shape and dtype."""
+        return jax.tree.map(np.asarray, tree)
+
+    def global_view(self, tree):
+        return tree
+
+    def local_view(self, tree):
+        return tree
+
+    def block_offset(self, shape: tuple[int, ...]) -> None:
+        return None  # every leaf is whole on every process
+
+    def any_process(self, flags: list[bool]) -> list[bool]:
+        return any_process(self.runtime, flags)
+
+    def sum_blocks(self, values: list[int]) -> list[int]:
+        return [int(v) for v in values]
 
 
 def _call_chunk(local: Callable, n: int, state: FluidState, geometry: FluidGeometry):

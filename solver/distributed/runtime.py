@@ -107,6 +107,14 @@ class Runtime:
             return self.comm.Get_size()
         return jax.device_count()
 
+    def shutdown(self) -> None:
+        """End the JAX distributed runtime this started (gloo/jax.distributed); nothing under
+        MPI (mpi4py finalises at exit) or on a single process."""
+        if self.comm is None and self.process_count > 1:
+            import jax
+
+            jax.distributed.shutdown()
+
     def broadcast_text(self, text: str) -> str:
         """Process 0's ``text`` on every process (e.g. the output folder)."""
         if self.process_count == 1:

@@ -150,3 +150,35 @@ class BodyTwin:
         self.ingestor.quarantine.close()
         if self.config.mode == "mqtt":
             self.source.stop()
+
+
+class BodyTwinHook:
+    """The body twin as a chunk hook of the run loop (``solver.model.ChunkHook``): kinematic
+    bodies of a rigid-body model follow their ``body_pose`` sensors between chunks."""
+
+    name = "twin"
+    unbounded = False
+
+    def __init__(self, config: TwinConfig) -> None:
+        self.config = config
+        self.twin: BodyTwin | None = None
+
+    def start(self, model, output_dir: Path, first_step: int) -> None:
+        case = model.case
+        given, _ = case.scene.arrays()
+        self.twin = BodyTwin(self.config, np.asarray(case.bodies.kinematic), given.orientation,
+                             np.asarray(case.bodies.orientation), model.dt, output_dir)  # fmt: skip
+
+    def steps_until(self, step: int) -> int | None:
+        return self.twin.steps_until(step)
+
+    def after_chunk(self, step: int, model, state):
+        moved = self.twin.after_chunk(step, model.bodies(state))
+        return state if moved is None else model.with_bodies(state, moved)
+
+    def summary(self) -> dict:
+        return self.twin.summary() if self.twin is not None else {}
+
+    def close(self) -> None:
+        if self.twin is not None:
+            self.twin.close()

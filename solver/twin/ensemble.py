@@ -28,25 +28,30 @@ import dataclasses
 import logging
 import time
 from pathlib import Path
+from types import SimpleNamespace
+from typing import TYPE_CHECKING
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from kernels import enkf, nudging
-from solver.config import RunConfig
 from solver.distributed.members import member_sharding
 from solver.errors import ConfigError
 from solver.fluid.cases import build_case
+from solver.fluid.model import summary_lines as fluid_summary_lines
 from solver.fluid.step import initial_state, macroscopic, make_chunk, make_geometry
 from solver.output.progress import Progress
 from solver.output.summary import write_run_json
-from solver.simulation import Outcome
+from solver.run import Outcome
 from solver.twin.ingest import Ingestor
 from solver.twin.quarantine import Quarantine
 from solver.twin.replay import ReplaySource
 from solver.twin.sources import take_due
 from solver.twin.validate import Validator
+
+if TYPE_CHECKING:
+    from solver.config import RunConfig
 
 log = logging.getLogger("solver.twin")
 
@@ -292,6 +297,10 @@ def run_ensemble(config: RunConfig, output_dir: Path, extra: dict | None = None)
         "twin": twin_summary,
     }
     summary = write_run_json(output_dir / "run.json", summary)
-    return Outcome(case, summary, output_dir,
-                   density=units.to_physical_density(np.asarray(rho, np.float64)),
-                   velocity=units.to_physical_velocity(np.asarray(u, np.float64)))  # fmt: skip
+    fields = {
+        "density": units.to_physical_density(np.asarray(rho, np.float64)),
+        "velocity": units.to_physical_velocity(np.asarray(u, np.float64)),
+    }
+    # the EnKF keeps its own loop over members (no checkpoints yet): its "model" is the case
+    model = SimpleNamespace(case=case, summary_lines=fluid_summary_lines)
+    return Outcome(model, summary, output_dir, True, fields)

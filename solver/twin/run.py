@@ -12,20 +12,35 @@ from __future__ import annotations
 import dataclasses
 import logging
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from solver.config import CheckpointConfig, RunConfig
-from solver.simulation import Outcome, simulate
+from solver.checkpoint.config import CheckpointConfig
+from solver.errors import ConfigError
+from solver.run import Outcome, simulate
 from solver.twin.session import TwinHook
+
+if TYPE_CHECKING:
+    from solver.config import RunConfig
 
 log = logging.getLogger("solver.twin")
 
 
 def run_twin(config: RunConfig, output_dir: Path, interactive: bool | None = None) -> Outcome:
-    """Run a fluid case with ``config.twin``; returns the assimilated run's outcome."""
+    """Run a case with ``config.twin``; returns the assimilated run's outcome.
+
+    A rigid-body case runs with the body twin as its chunk hook (kinematic bodies follow their
+    ``body_pose`` sensors); a fluid case assimilates (nudging, inflow, EnKF) as below.
+    """
     twin = config.twin
     output_dir = Path(output_dir)
+    if getattr(config.case, "kind", "fluid") == "bodies":
+        from solver.twin.bodies import BodyTwinHook
+
+        if config.bodies.mesh is not None:
+            raise ConfigError("twin.mode", twin.mode, "none with bodies.mesh (not yet)")
+        return simulate(config, output_dir, interactive, hook=BodyTwinHook(twin))
     extra: dict = {}
     free_hook = None
     if twin.mode == "replay" and twin.compare_free_run:

@@ -1,4 +1,4 @@
-"""The digital twin inside the fluid run loop (a ``solver.simulation.ChunkHook``).
+"""The digital twin inside the fluid run loop (a ``solver.model.ChunkHook``).
 
 At every chunk end (and only there) the twin takes the messages that are due (replay: up to
 the simulation time; MQTT: whatever arrived), ingests them (parse, validate, quarantine),
@@ -70,7 +70,8 @@ class TwinHook:
 
     # --- ChunkHook ---
 
-    def start(self, case, dist, output_dir: Path, first_step: int) -> None:
+    def start(self, model, output_dir: Path, first_step: int) -> None:
+        case, dist = model.case, model.dist
         cfg = self.config
         if dist.runtime.process_count > 1:
             raise ConfigError("twin.mode", cfg.mode, "a single-process run (for now)")
@@ -196,7 +197,12 @@ class TwinHook:
             return None
         return min(p - step % p for p in periods)
 
-    def after_chunk(self, step: int, state, geometry):
+    def after_chunk(self, step: int, model, state):
+        """Assimilate what came due by ``step``; a new inflow replaces ``model.geometry``."""
+        state, model.geometry = self._after_chunk(step, state, model.geometry)
+        return state
+
+    def _after_chunk(self, step: int, state, geometry):
         now = step * self.dt
         self._now = now
         wall = time.monotonic()

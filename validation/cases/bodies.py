@@ -1,6 +1,6 @@
 """Rigid-body cases against exact solutions: projectile, bounce, incline, cradle, tumbling.
 
-Each case runs the solver's rigid-body path (``solver.bodies.simulation.simulate_bodies`` on a
+Each case runs the solver's rigid-body path (``solver.run.simulate`` on a
 config composed from Hydra overrides, float64) and compares the run's own diagnostics (run.json)
 and its output files (bodies.h5, energies.csv) with a reference:
 
@@ -163,18 +163,21 @@ def run_body_case(ctx: Context, case: str, label: str, overrides: list[str]) -> 
 
     enable_precision("float64")  # bodies run in float64, as `python -m solver` runs them
     from solver.bodies.cases import build_body_case
-    from solver.bodies.simulation import simulate_bodies
+    from solver.run import simulate
 
     slug = re.sub(r"[^A-Za-z0-9_.-]+", "_", label).strip("_")
     workdir = ctx.work / case / slug
     start = time.perf_counter()
+    # like solver.api.run: a fresh run, no checkpoints (a rerun into the same work dir must
+    # not resume the finished one)
+    overrides = ["checkpoint=none", *overrides]
     config = compose_config(overrides)
     if config.steps is None:
         # whole chunks: every chunk then has one length and compiles once (a shorter last chunk
         # would compile again, as long as the rest of a fast case); the run ends < 1 chunk later
         steps = math.ceil(build_body_case(config).default_steps / config.chunk) * config.chunk
         config = compose_config([*overrides, f"steps={steps}"])
-    outcome = simulate_bodies(config, workdir, interactive=False)
+    outcome = simulate(config, workdir, interactive=False)
     elapsed = time.perf_counter() - start
     energies, times, fields = _read_outputs(outcome.output_dir)
     return BodyRun(

@@ -192,7 +192,7 @@ def compile_chunk(
     return jax.jit(chunk, static_argnums=1, donate_argnums=0)
 
 
-def _host(array) -> np.ndarray:
+def host_array(array) -> np.ndarray:
     """A global array on this host whole (an all-gather across processes)."""
     if array.is_fully_addressable:
         return np.asarray(array)
@@ -203,7 +203,7 @@ def _host(array) -> np.ndarray:
 
 def overflow_table(layout: BodyLayout, state: SubdomainState) -> np.ndarray:
     """(subdomains, 6) int32: the sticky counts of every subdomain (every process gets all)."""
-    return _host(state.overflow).reshape(layout.shards, records.OVERFLOW_SLOTS)
+    return host_array(state.overflow).reshape(layout.shards, records.OVERFLOW_SLOTS)
 
 
 def overflow_message(layout: BodyLayout, table: np.ndarray) -> str | None:
@@ -238,7 +238,7 @@ def gather(
     Raises:
         BodyOverflowError: some body is missing or held twice (a lost migrant).
     """
-    gid = _host(state.gid)
+    gid = host_array(state.gid)
     held = gid >= 0
     ids = gid[held]
     n = setup.n_bodies
@@ -251,7 +251,7 @@ def gather(
     order = np.argsort(ids)
 
     def pick(array):
-        return _host(array)[held][order]
+        return host_array(array)[held][order]
 
     bodies = Bodies(**{name: pick(getattr(state.bodies, name)) for name in records.BODY_FIELDS})
     return bodies, pick(state.force), pick(state.torque), pick(state.contact_count)
@@ -306,7 +306,7 @@ def simulate_spatial(
     while message is None and done < steps:
         n = min(chunk, steps - done)
         state, diagnostics = run_chunk(state, n, done == 0)
-        parts.append(jax.tree.map(_host, diagnostics))
+        parts.append(jax.tree.map(host_array, diagnostics))
         done += n
         table = overflow_table(layout, state)
         message = overflow_message(layout, table)

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
-from solver.config import RunConfig
 from solver.fluid.cases import cavity, channel, cylinder, duct, taylor_green
 from solver.fluid.cases.base import Case, RunData
+from solver.fluid.memory import check_fits
+
+if TYPE_CHECKING:
+    from solver.config import RunConfig
 
 BUILDERS: dict[str, Callable[[RunConfig], Case]] = {
     "cylinder": cylinder.build,
@@ -17,10 +21,22 @@ BUILDERS: dict[str, Callable[[RunConfig], Case]] = {
     "duct": duct.build,
 }
 
+# The grid each builder makes, from the config alone (no arrays): for the memory check.
+GRID_SHAPES: dict[str, Callable[[RunConfig], tuple[int, ...]]] = {
+    "cylinder": cylinder.grid_shape,
+    "taylor_green": taylor_green.grid_shape,
+    "poiseuille": channel.grid_shape,
+    "couette": channel.grid_shape,
+    "cavity": cavity.grid_shape,
+    "duct": duct.grid_shape,
+}
+
 
 def build_case(config: RunConfig) -> Case:
-    """Build the configured case; raises ConfigError for values the physics rejects."""
+    """Build the configured case; raises ConfigError for values the physics rejects and for a
+    grid whose arrays cannot fit in the memory available (checked before any is allocated)."""
+    check_fits(config, GRID_SHAPES[config.case.name])
     return BUILDERS[config.case.name](config)
 
 
-__all__ = ["BUILDERS", "Case", "RunData", "build_case"]
+__all__ = ["BUILDERS", "GRID_SHAPES", "Case", "RunData", "build_case"]

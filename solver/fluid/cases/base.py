@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from kernels.lattices import CS2, Lattice
-from solver.config import MAX_MACH, FluidConfig
 from solver.errors import ConfigError
+from solver.fluid.config import MAX_MACH, FluidConfig
 from solver.fluid.setup import FluidSetup
 from solver.fluid.units import UnitConverter, mach
 

@@ -7,16 +7,21 @@ L, fluid nodes at ((i - 0.5) dx, (j - 0.5) dx). The top layer moves at the lid v
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from kernels.lattices import lattice_by_name
-from solver.config import CavityConfig, RunConfig
 from solver.fluid.cases.base import (
     Case,
     RunData,
     fluid_setup,
     lattice_scales,
 )
+from solver.fluid.config import CavityConfig
+
+if TYPE_CHECKING:
+    from solver.config import RunConfig
 
 
 class CavityCase(Case):
@@ -49,6 +54,12 @@ class CavityCase(Case):
         }
 
 
+def grid_shape(config: RunConfig) -> tuple[int, int]:
+    """(n + 2, n + 2): n cells across the cavity and one solid layer around it."""
+    n = config.case.resolution
+    return (n + 2, n + 2)
+
+
 def build(config: RunConfig) -> CavityCase:
     c: CavityConfig = config.case
     fluid = config.fluid
@@ -63,8 +74,7 @@ def build(config: RunConfig) -> CavityCase:
         "case.re (nu = U L / Re)",
     )
     units, omega, mach = scales.units, scales.omega, scales.mach
-    n = c.resolution
-    shape = (n + 2, n + 2)
+    shape = grid_shape(config)
     solid = np.ones(shape, dtype=bool)
     solid[1:-1, 1:-1] = False
     wall_velocity = np.zeros((2,) + shape)

@@ -6,10 +6,11 @@ channel, so the half-way walls sit at y = 0 and y = H with fluid nodes at y_j = 
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from kernels.lattices import lattice_by_name
-from solver.config import CouetteConfig, PoiseuilleConfig, RunConfig
 from solver.errors import ConfigError
 from solver.fluid import analytic
 from solver.fluid.cases.base import (
@@ -19,7 +20,11 @@ from solver.fluid.cases.base import (
     lattice_scales,
     relative_l2,
 )
+from solver.fluid.config import CouetteConfig, PoiseuilleConfig
 from solver.fluid.setup import BodyForce
+
+if TYPE_CHECKING:
+    from solver.config import RunConfig
 
 
 class ChannelCase(Case):
@@ -46,9 +51,16 @@ class ChannelCase(Case):
         return out
 
 
-def _channel(resolution: int, length: float, dx: float):
-    nx = max(1, int(round(length / dx)))
-    shape = (nx, resolution + 2)
+def grid_shape(config: RunConfig) -> tuple[int, int]:
+    """(nx, n + 2) with dx = height / n: the channel's length and height plus one solid row
+    below and above (Poiseuille and Couette alike)."""
+    c = config.case
+    dx = c.height / c.resolution  # as UnitConverter.from_scales
+    return (max(1, int(round(c.length / dx))), c.resolution + 2)
+
+
+def _channel(config: RunConfig, dx: float):
+    shape = grid_shape(config)
     solid = np.zeros(shape, dtype=bool)
     solid[:, 0] = solid[:, -1] = True
     return shape, solid, (0.0, -dx)
@@ -68,7 +80,7 @@ def build_poiseuille(config: RunConfig) -> ChannelCase:
     lattice = lattice_by_name(fluid.lattice)
     scales = lattice_scales(fluid, c.height, c.resolution, u_scale, c.viscosity, c.density)
     units, omega, mach = scales.units, scales.omega, scales.mach
-    shape, solid, origin = _channel(c.resolution, c.length, units.dx)
+    shape, solid, origin = _channel(config, units.dx)
     g = 8.0 * c.viscosity * c.u_max / c.height**2  # m/s^2, steady part
     periodic = c.amplitude > 0
     force = BodyForce(
@@ -116,7 +128,7 @@ def build_couette(config: RunConfig) -> ChannelCase:
     lattice = lattice_by_name(fluid.lattice)
     scales = lattice_scales(fluid, c.height, c.resolution, c.wall_velocity, c.viscosity, c.density)
     units, omega, mach = scales.units, scales.omega, scales.mach
-    shape, solid, origin = _channel(c.resolution, c.length, units.dx)
+    shape, solid, origin = _channel(config, units.dx)
     wall_velocity = np.zeros((2,) + shape)
     wall_velocity[0, :, -1] = fluid.u_lattice  # the upper wall moves along +x
     setup = fluid_setup(

@@ -13,14 +13,19 @@ link fractions to the circle in ``wall_distance`` for interpolated bounce-back.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from kernels.lattices import lattice_by_name
-from solver.config import CylinderConfig, RunConfig
 from solver.errors import ConfigError
 from solver.fluid.cases.base import Case, RunData, cells, check_mach, fluid_setup, relaxation_rate
+from solver.fluid.config import CylinderConfig
 from solver.fluid.setup import OpenBoundary
 from solver.fluid.units import UnitConverter
+
+if TYPE_CHECKING:
+    from solver.config import RunConfig
 
 MIN_CELLS_PER_DIAMETER = 4
 MIN_SHEDDING_AMPLITUDE = 0.05  # Cl amplitude below which the wake counts as steady
@@ -117,6 +122,14 @@ def upward_crossings(signal: np.ndarray, threshold: float) -> np.ndarray:
     return np.asarray(out, dtype=int)
 
 
+def grid_shape(config: RunConfig) -> tuple[int, int]:
+    """(nx, nh + 2) with dx = diameter / resolution: the channel's length and height in cells
+    plus one solid row below and above."""
+    c: CylinderConfig = config.case
+    dx = c.diameter / c.resolution  # as UnitConverter.from_scales
+    return (int(round(c.length / dx)), int(round(c.height / dx)) + 2)
+
+
 def build(config: RunConfig) -> CylinderCase:
     c: CylinderConfig = config.case
     fluid = config.fluid
@@ -149,7 +162,7 @@ def build(config: RunConfig) -> CylinderCase:
             "(cylinder at least two cells clear of the inlet and outlet)",
         )
 
-    shape = (nx, nh + 2)
+    shape = grid_shape(config)  # (nx, nh + 2)
     origin = (0.0, -dx)
     x = origin[0] + (np.arange(shape[0]) + 0.5) * dx
     y = origin[1] + (np.arange(shape[1]) + 0.5) * dx

@@ -7,10 +7,11 @@ The force is chosen so that the analytic centre-line velocity (White 2006, Eq. 3
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from kernels.lattices import lattice_by_name
-from solver.config import DuctConfig, RunConfig
 from solver.fluid import analytic
 from solver.fluid.cases.base import (
     Case,
@@ -19,7 +20,11 @@ from solver.fluid.cases.base import (
     lattice_scales,
     relative_l2,
 )
+from solver.fluid.config import DuctConfig
 from solver.fluid.setup import BodyForce
+
+if TYPE_CHECKING:
+    from solver.config import RunConfig
 
 
 class DuctCase(Case):
@@ -42,6 +47,14 @@ class DuctCase(Case):
         }
 
 
+def grid_shape(config: RunConfig) -> tuple[int, int, int]:
+    """(nx, n + 2, n + 2) with dx = side / n: the duct's length and its cross-section with one
+    solid layer around it."""
+    c: DuctConfig = config.case
+    dx = c.side / c.resolution  # as UnitConverter.from_scales
+    return (max(1, int(round(c.length / dx))), c.resolution + 2, c.resolution + 2)
+
+
 def build(config: RunConfig) -> DuctCase:
     c: DuctConfig = config.case
     fluid = config.fluid
@@ -49,9 +62,7 @@ def build(config: RunConfig) -> DuctCase:
     scales = lattice_scales(fluid, c.side, c.resolution, c.u_max, c.viscosity, c.density)
     units, omega, mach = scales.units, scales.omega, scales.mach
     dx = units.dx
-    nx = max(1, int(round(c.length / dx)))
-    n = c.resolution
-    shape = (nx, n + 2, n + 2)
+    shape = grid_shape(config)
     solid = np.ones(shape, dtype=bool)
     solid[:, 1:-1, 1:-1] = False
     # the profile is linear in the force: scale a unit-force solution to the wanted peak

@@ -9,11 +9,11 @@ carries the analytic pressure, rho = 1 + p / (rho0 c^2 c_s^2) in lattice units.
 from __future__ import annotations
 
 import dataclasses
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from kernels.lattices import lattice_by_name
-from solver.config import RunConfig, TaylorGreenConfig
 from solver.fluid import analytic
 from solver.fluid.cases.base import (
     Case,
@@ -22,6 +22,10 @@ from solver.fluid.cases.base import (
     lattice_scales,
     relative_l2,
 )
+from solver.fluid.config import TaylorGreenConfig
+
+if TYPE_CHECKING:
+    from solver.config import RunConfig
 
 
 class TaylorGreenCase(Case):
@@ -62,6 +66,11 @@ class TaylorGreenCase(Case):
         }
 
 
+def grid_shape(config: RunConfig) -> tuple[int, ...]:
+    """(n,) * d: the periodic box, n cells per side on the lattice's d axes."""
+    return (config.case.resolution,) * config.fluid.dimension
+
+
 def build(config: RunConfig) -> TaylorGreenCase:
     c: TaylorGreenConfig = config.case
     fluid = config.fluid
@@ -76,7 +85,7 @@ def build(config: RunConfig) -> TaylorGreenCase:
         peak = float(np.max(np.sqrt(np.sum(probe**2, axis=0))))
     scales = lattice_scales(fluid, c.length, c.resolution, peak, c.viscosity, c.density)
     units, omega, mach = scales.units, scales.omega, scales.mach
-    shape = (c.resolution,) * lattice.d
+    shape = grid_shape(config)
     setup = fluid_setup(
         fluid,
         lattice,

@@ -1,0 +1,362 @@
+"""The lattice-Boltzmann fluid as a model of the run loop (``solver.run``).
+
+State: ``FluidState`` (populations (q, *shape) split over ``domain.mesh``, step counter);
+static: the case's ``FluidSetup`` and its geometry arrays on the devices (a twin may replace the
+geometry between chunks: a new inflow is a new array, not a new program). After every chunk the
+health check looks for a non-finite or non-positive density on a fluid node (divergence: exit 3,
+with the cell, its position and the likely cause). Outputs: fields.h5/xdmf at output steps,
+forces.csv every step of a case that measures forces, a PNG of the final flow, and run.json's
+fluid section (tau, Mach, Re, MLUPS, domain, units, case diagnostics).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from solver.distributed.distribution import distribute
+from solver.distributed.runtime import Runtime
+from solver.errors import DivergenceError
+from solver.fluid.cases import Case, RunData, build_case
+from solver.fluid.step import initial_state, macroscopic
+from solver.model import OutputSchedule, Problem
+from solver.output.fields import FieldWriter
+from solver.output.plots import save_field_png
+from solver.output.summary import ForceLog
+
+log = logging.getLogger("solver")
+
+OUTPUTS_PER_RUN = 10  # field outputs when output.every is null
+
+
+def _health(populations, solid):
+    """jit-able check: (any bad fluid node, flat index of the first bad one, its density)."""
+    rho = jnp.sum(populations, axis=0)
+    bad = ~jnp.isfinite(rho) | (rho <= 0)
+    if solid is not None:
+        bad = bad & ~solid
+    where = jnp.argmax(bad.ravel())
+    return jnp.any(bad), where, rho.ravel()[where]
+
+
+def likely_cause(case: Case) -> str:
+    """The numbers that usually explain a divergence, with what to change."""
+    nu = case.setup.viscosity
+    u = case.mach * math.sqrt(1.0 / 3.0)
+    grid_re = u / nu if nu > 0 else float("inf")
+    causes = []
+    if case.tau < 0.55:
+        causes.append(
+            f"tau = {case.tau:.5f} is close to 0.5 (raise the viscosity (lower Re), "
+            "case.resolution or fluid.u_lattice"
+            + (", or use fluid.collision=trt)" if case.setup.collision == "bgk" else ")")
+        )
+    if case.setup.collision == "trt" and case.setup.open_boundaries and case.tau < 0.535:
+        causes.append(
+            "TRT with an inlet/outlet below tau = 0.535 was seen to go unstable at the inlet "
+            "(try fluid.collision=bgk)"
+        )
+    if case.mach > 0.2:
+        causes.append(f"lattice Mach = {case.mach:.3f} is high (lower fluid.u_lattice)")
+    if grid_re > 10:
+        causes.append(
+            f"grid Reynolds number u/nu = {grid_re:.3g} is high for the grid "
+            "(raise case.resolution)"
+        )
+    if not causes:
+        causes.append(
+            f"tau = {case.tau:.4f}, Mach = {case.mach:.3f}, grid Reynolds = {grid_re:.3g} "
+            "look safe; check the boundary set-up"
+        )
+    return "; ".join(causes)
+
+
+def _replicated(array) -> np.ndarray:
+    """A replicated device array on the host (also when other processes hold copies)."""
+    if getattr(array, "is_fully_addressable", True):
+        return np.asarray(array)
+    return np.asarray(array.addressable_data(0))
+
+
+def _json_scalar(value) -> bool:
+    return isinstance(value, (int, float, str, bool)) or value is None
+
+
+class FluidModel:
+    """A fluid case on the device mesh of ``domain.mesh`` (see the module docstring).
+
+    Args:
+        config: the validated run config.
+        runtime: the started runtime (processes, devices).
+        output_dir: where the files go.
+        unbounded: a service run (no last step; outputs only every ``output.every``).
+        case: a case built already (tests, validation); None: built from the config.
+    """
+
+    def __init__(
+        self,
+        config,
+        runtime: Runtime,
+        output_dir: Path,
+        unbounded: bool = False,
+        case: Case | None = None,
+    ) -> None:
+        self.config = config
+        self.output_dir = Path(output_dir)
+        self.case = case = build_case(config) if case is None else case
+        self.setup, self.units = setup, units = case.setup, case.units
+        self.dist = dist = distribute(runtime, config.domain.mesh, setup.shape)
+        self.layout = dist
+        self.runtime = runtime
+        self.name = case.name
+        self.label = f"{case.name} {setup.lattice.name}"
+        self.total = config.steps if config.steps is not None else case.default_steps
+        self.dt = units.dt
+        self.work = setup.cells
+        self.schedule = OutputSchedule.of(
+            self.total, config.output.every, unbounded, OUTPUTS_PER_RUN
+        )
+        self.identity = {
+            "case": case.name,
+            "lattice": setup.lattice.name,
+            "shape": list(setup.shape),
+            "precision": setup.dtype,
+        }
+        log.info(
+            "%s: %s %s on %s, shape %s, tau = %.4f, Mach = %.3f, Re = %.4g, %s steps",
+            case.name,
+            setup.lattice.name,
+            setup.collision.upper(),
+            setup.dtype,
+            setup.shape,
+            case.tau,
+            case.mach,
+            case.reynolds,
+            "until stopped (service)" if unbounded else self.total,
+        )
+        log.info(
+            "domain: mesh %s (%s halo), blocks of %s cells, %d process(es)",
+            "x".join(str(m) for m in dist.decomposition.mesh),
+            dist.backend,
+            "x".join(str(n) for n in dist.decomposition.local_shape),
+            runtime.process_count,
+        )
+        self.geometry = dist.geometry(setup)
+        self._chunk = dist.chunk(setup)
+        self._macro = jax.jit(lambda s, g: macroscopic(setup, s, g))
+        self._health = jax.jit(_health)
+        self.forces: list[np.ndarray] = []
+        self.writer: FieldWriter | None = None
+        self.force_log: ForceLog | None = None
+        self.final_fields: dict | None = None
+
+    # ------------------------------------------------------------------ state
+
+    def initial_state(self):
+        setup, dist, case = self.setup, self.dist, self.case
+        state = initial_state(
+            setup, dist.put(case.density, 0, setup.dtype), dist.put(case.velocity, 1, setup.dtype)
+        )
+        return state.replace(time=dist.replicate(state.time))
+
+    def checkpoint_view(self, state):
+        return state
+
+    def restored(self, view, host: dict, step: int):
+        if "forces" in host:
+            self.forces.append(host["forces"])
+        return view
+
+    def checkpoint_host(self, step: int, state) -> tuple[dict, dict]:
+        host = {"step": np.asarray([step], dtype=np.int64)}
+        if self.forces:
+            host["forces"] = np.concatenate(self.forces)
+        return host, {"time_s": self.units.to_physical_time(step)}
+
+    # ------------------------------------------------------------------ outputs
+
+    def open_outputs(self, step: int, resumed: bool, state) -> dict[str, str]:
+        config, setup, units, case = self.config, self.setup, self.units, self.case
+        outputs: dict[str, str] = {}
+        root = self.dist.is_root
+        if config.output.fields and root:
+            self.writer = FieldWriter(
+                self.output_dir,
+                setup.shape,
+                units.dx,
+                case.origin,
+                setup.solid,
+                attrs={
+                    "case": case.name,
+                    "lattice": setup.lattice.name,
+                    "dt": units.dt,
+                    "rho0": units.rho0,
+                    "dimension": setup.lattice.d,
+                },
+                resume_step=step if resumed else None,
+            )
+            outputs["fields_h5"] = str(self.writer.h5_path)
+            outputs["fields_xdmf"] = str(self.writer.xdmf_path)
+        if case.measures_forces and root:
+            scale = 2.0 / (case.info["u_mean_lattice"] ** 2 * case.info["d_cells"])
+            history = np.concatenate(self.forces) if self.forces else None
+            self.force_log = ForceLog(
+                self.output_dir / "forces.csv", setup.lattice.d, units.dt, scale, history
+            )
+            outputs["forces_csv"] = str(self.force_log.path)
+        # a resumed run writes its first step again: the run dir may be new (resume=PATH)
+        if not resumed or step in self.schedule:
+            self.write(step, state)
+        return outputs
+
+    def _lattice_fields(self, state):
+        rho, u = self._macro(state, self.geometry)
+        return self.dist.gather(rho), self.dist.gather(u, 1)
+
+    def write(self, step: int, state) -> None:
+        if not self.config.output.fields:
+            return
+        # every process takes part in the gather; process 0 alone holds a writer
+        rho, u = self._lattice_fields(state)
+        if self.writer is not None:
+            units = self.units
+            self.writer.write(
+                step,
+                units.to_physical_time(step),
+                units.to_physical_density(rho),
+                units.to_physical_velocity(u),
+            )
+
+    # ------------------------------------------------------------------ stepping
+
+    def advance(self, state, n: int):
+        return self._chunk(state, self.geometry, n)
+
+    def check(self, state, done: int):
+        bad = self.dist.first_bad(*self._health(state.populations, self.geometry.solid))
+        if bad is None:
+            return None
+        index, rho_bad = bad
+        units, case = self.units, self.case
+        position = [case.origin[a] + (int(i) + 0.5) * units.dx for a, i in enumerate(index)]
+        cause = likely_cause(case)
+        message = (
+            f"diverged at step {done} (t = {units.to_physical_time(done):.4g} s): "
+            f"density {rho_bad:.4g} at cell {tuple(int(i) for i in index)}, "
+            f"x = ({', '.join(f'{p:.4g}' for p in position)}) m; likely cause: {cause}"
+        )
+        details = {
+            "divergence": {
+                "step": done,
+                "cell": [int(i) for i in index],
+                "position_m": position,
+                "density_lattice": rho_bad,
+                "likely_cause": cause,
+            }
+        }
+        return Problem("diverged", message, DivergenceError, details)
+
+    def record(self, first: int, n: int, state, report) -> None:
+        if not self.case.measures_forces:
+            return
+        forces = np.asarray(_replicated(report), dtype=np.float64)
+        if self.force_log is not None:
+            self.force_log.append(first + 1, forces)
+        self.forces.append(forces)
+
+    # ------------------------------------------------------------------ the end
+
+    def conclude(self, status: str, done: int, state, timing: dict) -> dict:
+        setup, units, case, dist = self.setup, self.units, self.case, self.dist
+        summary = {
+            "mlups": timing["rate"] / 1e6,
+            "tau": case.tau,
+            "mach": case.mach,
+            "reynolds": case.reynolds,
+            "lattice": setup.lattice.name,
+            "collision": setup.collision,
+            "precision": setup.dtype,
+            "shape": list(setup.shape),
+            "cells": setup.cells,
+            "devices": dist.devices,
+            "domain": {
+                "mesh": list(dist.decomposition.mesh),
+                "halo": dist.backend,
+                "processes": self.runtime.process_count,
+                "local_shape": list(dist.decomposition.local_shape),
+            },
+            "units": {**units.as_dict(), "origin": list(case.origin)},
+            "case_info": {k: v for k, v in case.info.items() if _json_scalar(v)},
+            "diagnostics": {},
+        }
+        if status != "completed":
+            return summary
+        rho_lat, u_lat = self._lattice_fields(state)
+        if not dist.is_root:
+            return summary
+        rho_lat, u_lat = rho_lat.astype(np.float64), u_lat.astype(np.float64)
+        data = RunData(
+            steps=done,
+            density=rho_lat,
+            velocity=u_lat,
+            forces=np.concatenate(self.forces) if self.forces else None,
+        )
+        summary["diagnostics"] = case.diagnostics(data)
+        density = units.to_physical_density(rho_lat)
+        velocity = units.to_physical_velocity(u_lat)
+        self.final_fields = {"density": density, "velocity": velocity}
+        output = self.config.output
+        if output.png:
+            field_name = case.png_field if output.png_field == "auto" else output.png_field
+            png = save_field_png(
+                self.output_dir / f"{field_name}.png",
+                velocity,
+                setup.solid,
+                units.dx,
+                case.origin,
+                field_name,
+                f"{case.name}: {field_name} at t = {units.to_physical_time(done):.4g} s "
+                f"(step {done}, Re = {case.reynolds:.4g})",
+            )
+            summary["outputs"] = {"png": str(png)}
+        return summary
+
+    def summary_lines(self, summary: dict) -> list[str]:
+        return summary_lines(summary)
+
+
+def summary_lines(summary: dict) -> list[str]:
+    """The short end-of-run summary of a fluid run."""
+    lines = [
+        f"case {summary['case']} on {summary['lattice']} {summary['collision'].upper()} "
+        f"({summary['precision']}), grid {' x '.join(str(n) for n in summary['shape'])}",
+        f"tau = {summary['tau']:.4f}   Mach = {summary['mach']:.3f}   "
+        f"Re = {summary['reynolds']:.4g}",
+        f"steps = {summary['steps']}   simulated time = {summary['time_s']:.4g} s   "
+        f"wall time = {summary['wall_time_s']:.1f} s   {summary['mlups']:.1f} MLUPS",
+    ]
+    diag = summary.get("diagnostics") or {}
+    keys = (
+        "cd_mean",
+        "cl_amplitude",
+        "strouhal",
+        "velocity_l2_error",
+        "velocity_l2_error_transient",
+        "ux_min_over_u",
+        "uy_max_over_u",
+    )
+    parts = [
+        f"{k} = {diag[k]:.4g}" if isinstance(diag.get(k), float) else f"{k} = {diag[k]}"
+        for k in keys
+        if k in diag
+    ]
+    if parts:
+        lines.append("   ".join(parts))
+    for name, path in summary.get("outputs", {}).items():
+        lines.append(f"{name:>12}: {path}")
+    return lines

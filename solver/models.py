@@ -1,0 +1,24 @@
+"""Which model runs a validated config (the run loop's registry of physics)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from solver.distributed.runtime import Runtime
+from solver.model import Model
+
+
+def build_model(config, runtime: Runtime, output_dir: Path, unbounded: bool = False) -> Model:
+    """The model of a validated config: a fluid case, a rigid-body scene (one device or split
+    over ``bodies.mesh``) or a rigid-body ensemble."""
+    if getattr(config.case, "kind", "fluid") == "bodies":
+        if config.bodies.ensemble.enabled:
+            from solver.bodies.ensemble import EnsembleModel
+
+            return EnsembleModel(config, runtime, output_dir)
+        from solver.bodies.model import BodyModel
+
+        return BodyModel(config, runtime, output_dir)
+    from solver.fluid.model import FluidModel
+
+    return FluidModel(config, runtime, output_dir, unbounded=unbounded)
