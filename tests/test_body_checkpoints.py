@@ -25,7 +25,7 @@ from solver_cli import ROOT, run_solver
 
 from solver.api import compose_config, run
 from solver.app import enable_precision
-from solver.errors import PreemptedError
+from solver.errors import ConfigError, PreemptedError
 from solver.run import simulate
 
 # 16 spheres dropped into a small box (soft, strong gravity): the first contact at step 64,
@@ -147,11 +147,12 @@ def test_restart_from_another_run_dir_and_the_python_api(tmp_path, reference):
 def test_a_checkpoint_of_another_case_is_refused_and_loses_nothing(tmp_path, reference):
     shutil.copytree(reference, tmp_path / "run")
     before = (tmp_path / "run" / "bodies.h5").read_bytes()
-    result = run_solver([*SCENE, "case.count=15", f"hydra.run.dir={tmp_path / 'run'}"])
-    assert result.returncode == 2, result.stderr[-2000:]
-    last = result.stderr.strip().splitlines()[-1]
-    assert last.startswith("error: bad configuration: checkpoint.resume = ")
-    assert "bodies 16 in the checkpoint, 15 now" in last
+    enable_precision("float64")
+    with pytest.raises(ConfigError) as refused:
+        simulate(compose_config([*SCENE, "case.count=15"]), tmp_path / "run", interactive=False)
+    message = str(refused.value)
+    assert message.startswith("checkpoint.resume = ") and "\n" not in message
+    assert "bodies 16 in the checkpoint, 15 now" in message
     assert (tmp_path / "run" / "bodies.h5").read_bytes() == before
 
 
