@@ -1,29 +1,31 @@
-"""The fluid time step composed from kernels, on ghost-padded buffers.
+"""The fluid time step composed from parts, on ghost-padded buffers.
 
 A chunk of n steps keeps post-collision populations in two buffers with one ghost layer on every
-face, (nx+2, ny+2[, nz+2]) per direction, and alternates between them. One step:
+face, (nx+2, ny+2[, nz+2]) per direction, and alternates between them (solver/fluid/padded.py).
+One step is a composition of parts, each chosen on the host from the ``FluidSetup`` so that the
+traced program holds only the work the problem needs:
     1. pull: f_i(x) = f_i*(x - c_i) is a static slice of the padded buffer (no copy: XLA fuses
        it into its consumers, unlike jnp.roll, which it materialises);
-    2. walls: half-way bounce-back (Ladd's rule on moving walls) or Bouzidi on curved walls,
-       both reading only slices of the same buffer;
-    3. inlets and outlets by regularized non-equilibrium extrapolation;
-    4. momentum-exchange force on the obstacle;
-    5. moments (rho, u) once, materialised as one (*shape, d+1) array so that the q output
-       fusions do not each recompute them from all q inputs;
-    6. BGK or TRT collision with Guo's source, written into the other buffer's interior;
-    7. ghost layers filled from the freshly computed interior (periodic edges). A neighbouring
+    2. boundary parts (solver/fluid/boundary_rules.py), in order: wall rules (half-way
+       bounce-back, Ladd's moving walls, Bouzidi's curved walls) reading only slices of the
+       same buffer; rest state in solid nodes; the populations materialised once into scratch
+       buffers where they are long expressions; inlets and outlets by regularized
+       non-equilibrium extrapolation; the momentum-exchange force on the obstacle;
+    3. collision (solver/fluid/collide.py): moments (rho, u) once, materialised as one
+       (*shape, d+1) array so that the q output fusions do not each recompute them from all q
+       inputs, then the setup's operator (BGK, TRT) with Guo's source, written into the other
+       buffer's interior;
+    4. ghost layers filled from the freshly computed interior (periodic edges). A neighbouring
        subdomain or a wall fills the same ghosts in the distributed code: halos are one more
        boundary rule.
 The state seen outside a chunk holds pre-collision populations at its time; the chunk collides
 them once on entry and streams once on exit. docs/performance.md has the measurements behind
-each choice. Static choices (which directions touch walls, which boundary kinds exist) are read
-from the FluidSetup on the host, so the traced program holds only the work the problem needs.
+each choice; docs/architecture.md says how to add a part.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -32,14 +34,30 @@ import jax.numpy as jnp
 import numpy as np
 from jax import Array, lax
 
-from kernels import boundaries, collision
 from kernels.equilibrium import density_velocity, equilibrium
 from kernels.lattices import CS2
-from solver.distributed.decomposition import neighbour_offsets
-from solver.distributed.halo import Halo, SingleHalo, shift_together
+from solver.distributed.halo import Halo
+from solver.fluid.boundary_rules import Pull, plan_boundaries, stream
+from solver.fluid.collide import body_force_at, make_collide
+from solver.fluid.padded import SINGLE, ghost_regions, pad_with_halo, upstream, write_padded
 from solver.fluid.setup import FluidSetup
 
-SINGLE = SingleHalo()
+# the padded-buffer helpers and body_force_at lived here before the step was split into parts
+__all__ = [
+    "SINGLE",
+    "FluidGeometry",
+    "FluidState",
+    "body_force_at",
+    "ghost_regions",
+    "initial_state",
+    "macroscopic",
+    "make_chunk",
+    "make_geometry",
+    "make_step",
+    "pad_with_halo",
+    "upstream",
+    "write_padded",
+]
 
 
 @jax.tree_util.register_dataclass
@@ -140,135 +158,7 @@ def initial_state(
     return FluidState(populations=populations, time=jnp.zeros((), jnp.int32))
 
 
-def body_force_at(setup: FluidSetup, time: Array) -> tuple | None:
-    """Body force density (d scalars, lattice units) at step ``time``; None without a force."""
-    bf = setup.body_force
-    if bf is None:
-        return None
-    if bf.amplitude is None or not any(bf.amplitude):
-        return tuple(float(c) for c in bf.constant)
-    s = jnp.sin(bf.angular_frequency * time.astype(setup.dtype) + bf.phase)
-    return tuple(c + a * s for c, a in zip(bf.constant, bf.amplitude, strict=True))
-
-
-def _linked_directions(setup: FluidSetup, mask: np.ndarray | None) -> list[bool]:
-    """Which directions i have a fluid node whose upstream node x - c_i is in ``mask``."""
-    lat = setup.lattice
-    if mask is None or not mask.any():
-        return [False] * lat.q
-    fluid = ~setup.solid
-    out = []
-    for i in range(lat.q):
-        up = np.roll(mask, tuple(int(v) for v in lat.c[i]), axis=tuple(range(lat.d)))
-        out.append(i != 0 and bool((up & fluid).any()))
-    return out
-
-
-# ---------------------------------------------------------------- padded-buffer helpers
-
-
-def pad_with_halo(field: Array, lead: int = 0, halo: Halo = SINGLE) -> Array:
-    """(*lead_axes, *shape) -> (*lead_axes, *(shape + 2)) with every ghost layer (faces, edges,
-    corners) filled by ``halo``: periodic on one device, from the neighbours when sharded (one
-    message per neighbour)."""
-    d = field.ndim - lead
-    shape = field.shape[lead:]
-    padded = jnp.pad(field, [(0, 0)] * lead + [(1, 1)] * d)
-    routes: dict[tuple[int, ...], list] = {}
-    for offset in neighbour_offsets(d):
-        moving = tuple(a for a, o in enumerate(offset) if o)
-        for axes, src_start, src_size, ghost_start in ghost_regions(offset, shape):
-            if axes == moving:  # the region only this offset reads
-                block = lax.slice(
-                    field,
-                    [0] * lead + src_start,
-                    list(field.shape[:lead])
-                    + [s + n for s, n in zip(src_start, src_size, strict=True)],
-                )
-                routes.setdefault(halo.route(offset), []).append((ghost_start, block))
-    for route, items in routes.items():
-        blocks = [block for _, block in items]
-        if any(route):
-            blocks = shift_together(halo, blocks, route)
-        for (ghost_start, _), block in zip(items, blocks, strict=True):
-            padded = lax.dynamic_update_slice(padded, block, [0] * lead + ghost_start)
-    return padded
-
-
-def upstream(
-    padded: Array, offset: Sequence[int], region: Sequence[tuple[int, int]] | None = None
-) -> Array:
-    """Interior view of a padded (*shape + 2) array shifted by ``offset``: out(x) = a(x - offset).
-
-    A static slice, which XLA fuses into its consumer. ``region`` restricts the view to
-    (start, size) per axis in interior coordinates; None is the whole interior.
-    """
-    if region is None:
-        region = [(0, n - 2) for n in padded.shape]
-    starts = [1 - int(o) + r0 for o, (r0, _) in zip(offset, region, strict=True)]
-    limits = [s + size for s, (_, size) in zip(starts, region, strict=True)]
-    return lax.slice(padded, starts, limits)
-
-
-def ghost_regions(offset: Sequence[int], shape: Sequence[int]):
-    """The ghost regions that a pull along ``offset`` reads, and where their values come from.
-
-    Yields (axes, source_start, source_size, ghost_start): the axes the region lies outside the
-    interior along, a block of the unpadded interior array and the padded index where it lands.
-    On one device the block is this array's own opposite edge (periodic); sharded, the same
-    block of the neighbouring shard at ``-offset`` along ``axes``. Faces, edges and corners are
-    all covered, which matters for diagonal directions (edges in D3Q19, corners in D3Q27).
-    """
-    moving = [a for a, o in enumerate(offset) if o != 0]
-    for r in range(1, len(moving) + 1):
-        for axes in itertools.combinations(moving, r):
-            src_start, src_size, ghost_start = [], [], []
-            for a, n in enumerate(shape):
-                if a in axes:
-                    low = offset[a] > 0  # reads the low ghost, which mirrors the last plane
-                    src_start.append(n - 1 if low else 0)
-                    src_size.append(1)
-                    ghost_start.append(0 if low else n + 1)
-                else:
-                    src_start.append(0)
-                    src_size.append(n)
-                    ghost_start.append(1)
-            yield axes, src_start, src_size, ghost_start
-
-
-def write_padded(
-    buffers: Sequence[Array],
-    interiors: Sequence[Array],
-    offsets: Sequence[Sequence[int]],
-    halo: Halo = SINGLE,
-) -> tuple[Array, ...]:
-    """Store each ``interiors[i]`` (*shape) into ``buffers[i]`` and fill the ghosts a pull along
-    ``offsets[i]`` will read, from the interior values themselves (not from the buffer: reading
-    the buffer back makes XLA copy the whole array), through ``halo``: a periodic wrap, or a
-    neighbour's block. Blocks for the same neighbour travel together (one message per
-    neighbour and step)."""
-    d = interiors[0].ndim
-    out = [
-        lax.dynamic_update_slice(b, x, (1,) * d) for b, x in zip(buffers, interiors, strict=True)
-    ]
-    routes: dict[tuple[int, ...], list] = {}
-    for i, (interior, offset) in enumerate(zip(interiors, offsets, strict=True)):
-        for axes, src_start, src_size, ghost_start in ghost_regions(offset, interior.shape):
-            block = lax.slice(
-                interior, src_start, [s + n for s, n in zip(src_start, src_size, strict=True)]
-            )
-            shift = [int(o) if a in axes else 0 for a, o in enumerate(offset)]
-            routes.setdefault(halo.route(shift), []).append((i, ghost_start, block))
-    for route, items in routes.items():
-        blocks = [block for _, _, block in items]
-        if any(route):
-            blocks = shift_together(halo, blocks, route)
-        for (i, ghost_start, _), block in zip(items, blocks, strict=True):
-            out[i] = lax.dynamic_update_slice(out[i], block, ghost_start)
-    return tuple(out)
-
-
-# ---------------------------------------------------------------- the step
+# ---------------------------------------------------------------- the chunk
 
 
 def make_chunk(
@@ -280,156 +170,34 @@ def make_chunk(
     are the momentum-exchange force on ``setup.obstacle`` at each step, lattice units, summed
     over all shards.
 
-    ``setup`` describes the global problem (which directions touch walls is decided on it, so
+    ``setup`` describes the global problem (which parts the step holds is decided on it, so
     every shard traces the same program); ``state`` and ``geometry`` hold this shard's block,
     and ``halo`` fills the ghost layers and tells which global faces the block touches. With
     the default ``SingleHalo`` the block is the whole grid with periodic edges.
     """
     lat = setup.lattice
     q, d = lat.q, lat.d
-    omega_plus = setup.omega
-    omega_minus = (
-        collision.trt_omega_minus(omega_plus, setup.trt_magic)
-        if setup.collision == "trt"
-        else omega_plus
-    )
-    has_solid = setup.solid is not None and bool(setup.solid.any())
-    wall_links = _linked_directions(setup, setup.solid if has_solid else None)
-    obstacle_links = _linked_directions(setup, setup.obstacle if has_solid else None)
-    moving = has_solid and setup.wall_velocity is not None and bool(np.any(setup.wall_velocity))
-    curved = has_solid and setup.wall_distance is not None
     dtype = jnp.dtype(setup.dtype)
-
-    def collide(pre: Sequence[Array], time: Array) -> tuple[Array, ...]:
-        force = body_force_at(setup, time)
-        # one materialised (*shape, d+1) array (rho, u): every population enters as
-        # p[..., None] * (1, c_i), divided by (1, rho, ..., rho). The divide keeps XLA from
-        # re-fusing the moments into the q output fusions (which would each re-read all q
-        # inputs); avoiding a concatenate keeps the fusion vectorised (with 27 inputs LLVM left
-        # the concatenate form scalar: D3Q27 1.5x faster periodic, 2.7x with walls)
-        rows = np.concatenate([np.ones((q, 1)), lat.c], axis=1).astype(dtype)  # (q, d+1)
-        sums = sum(pre[i][..., None] * rows[i] for i in range(q))
-        if force is not None:
-            half_force = [jnp.zeros((), dtype)] + [jnp.asarray(0.5 * f, dtype) for f in force]
-            sums = sums + jnp.stack(half_force)
-        rho_col = sum(pre[i] for i in range(q))[..., None]
-        first = lax.broadcasted_iota(jnp.int32, sums.shape, sums.ndim - 1) == 0
-        moments = sums / jnp.where(first, jnp.ones_like(rho_col), rho_col)
-        rho, u = moments[..., 0], [moments[..., 1 + a] for a in range(d)]
-        feq = equilibrium(lat, rho, u)
-        if setup.collision == "trt":
-            post = collision.trt(lat, pre, feq, omega_plus, omega_minus)
-        else:
-            post = collision.bgk(lat, pre, feq, omega_plus)
-        if force is not None:
-            src = collision.guo_source(lat, u, force, omega_plus, omega_minus)
-            post = tuple(post[i] + src[i] for i in range(q))
-        return tuple(p.astype(dtype) for p in post)
-
-    def walls(buffers: Sequence[Array], geo: dict, region=None) -> tuple[list, list, Array]:
-        """Streamed populations with the wall rules applied, over ``region`` (None: all).
-
-        Returns (pre, here, fluid): q arrays after walls, q arrays f_i*(x), the fluid mask.
-        """
-        zero = (0,) * d
-        pre = [upstream(buffers[i], lat.c[i], region) for i in range(q)]
-        if not has_solid:
-            return pre, None, None
-        here = [upstream(buffers[i], zero, region) for i in range(q)]  # f_i*(x)
-        solid = geo["solid"]
-        fluid = ~upstream(solid, zero, region)
-        incoming = [
-            fluid & upstream(solid, lat.c[i], region) if wall_links[i] else None for i in range(q)
-        ]
-        if curved:
-            distance = [
-                upstream(geo["wall_distance"][int(lat.opposite[i])], zero, region)
-                if wall_links[i]
-                else None
-                for i in range(q)
-            ]
-            pre = boundaries.interpolated_bounce_back(lat, pre, here, incoming, distance)
-        else:
-            wall_u = None
-            if moving:
-                wall_u = [
-                    [upstream(geo["wall_velocity"][a], lat.c[i], region) for a in range(d)]
-                    if wall_links[i]
-                    else None
-                    for i in range(q)
-                ]
-            # Ladd's term with the reference density 1: the wall node's own density is not at
-            # hand in pull form without re-reading all q directions
-            pre = boundaries.halfway_bounce_back(lat, pre, here, incoming, 1.0, wall_u)
-        return pre, here, fluid
-
-    def open_boundaries(buffers: Sequence[Array], geo: dict, pre: Sequence[Array]) -> tuple:
-        """Overwrite every population on inlet and outlet faces (fluid nodes only).
-
-        ``pre`` are materialised arrays; the plane one cell inside is recomputed from the
-        buffers over that plane alone and the face is written with an in-place update, so the
-        extrapolation costs face-sized work (a select against a face mask instead made XLA
-        evaluate it in every cell).
-        """
-        pre = list(pre)
-        for ob, velocity in zip(setup.open_boundaries, geo["open_velocity"], strict=True):
-            local_shape = pre[0].shape
-            n = local_shape[ob.axis]
-            face, inner = (0, 1) if ob.side == "low" else (n - 1, n - 2)
-            plane = [(0, size) for size in local_shape]
-            plane[ob.axis] = (inner, 1)
-            neighbour, _, _ = walls(buffers, geo, plane)
-            if ob.kind == "velocity":
-                vel = [jnp.expand_dims(velocity[a], ob.axis) for a in range(d)]
-                values = boundaries.nonequilibrium_extrapolation(lat, neighbour, velocity=vel)
-            else:
-                values = boundaries.nonequilibrium_extrapolation(lat, neighbour, density=ob.density)
-            start = [0] * d
-            start[ob.axis] = face
-            # solid face nodes, and every node of a shard away from the global face, keep
-            # their own values
-            edge = halo.at_edge(ob.axis, ob.side)
-            keep = None if edge is True else ~jnp.asarray(edge)
-            if has_solid:
-                solid_face = lax.index_in_dim(geo["solid_interior"], face, ob.axis)
-                keep = solid_face if keep is None else keep | solid_face
-            if keep is not None:
-                values = [
-                    jnp.where(keep, lax.index_in_dim(p, face, ob.axis), v)
-                    for v, p in zip(values, pre, strict=True)
-                ]
-            pre = [
-                lax.dynamic_update_slice(p, v.astype(dtype), start)
-                for p, v in zip(pre, values, strict=True)
-            ]
-        return tuple(pre)
-
-    # With curved walls, inlets/outlets or force measurement the streamed populations are long
-    # expressions that every consumer (moments, q outputs, force sums) would recompute; they
-    # are written once into scratch buffers instead (an in-place update of a loop-carried
-    # array, which XLA cannot fuse away).
-    materialize = curved or bool(setup.open_boundaries) or any(obstacle_links)
+    collide = make_collide(setup)
+    plan = plan_boundaries(setup, halo)
 
     def pull(buffers: Sequence[Array], geo: dict, scratch: tuple):
-        """Pre-collision populations (q arrays (*shape)), the obstacle force (d,) and the
-        scratch buffers they were written to (empty when not materialised)."""
-        pre, here, fluid = walls(buffers, geo)
-        if has_solid:
-            pre = [jnp.where(fluid, pre[i], float(lat.w[i])) for i in range(q)]
+        """Pre-collision populations f_i(x, t) (q arrays (*shape)), the obstacle force (d,)
+        and the scratch buffers they were written to (empty when not materialised)."""
+        view = Pull(lat, buffers, geo, plan.wall_links)
+        pre = stream(view, plan.walls)
+        for rule in plan.nodes:
+            pre = rule(pre, view)
         pre = [p.astype(dtype) for p in pre]
-        if materialize:
+        if plan.materialise:
             zero = (0,) * d
             pre = [lax.dynamic_update_slice(s, p, zero) for s, p in zip(scratch, pre, strict=True)]
-            pre = open_boundaries(buffers, geo, pre)
+            for rule in plan.faces:
+                pre = rule(pre, view)
             scratch = tuple(pre)
         force = jnp.zeros((d,), dtype)
-        if any(obstacle_links):
-            at_obstacle = [
-                fluid & upstream(geo["obstacle"], lat.c[i]) if obstacle_links[i] else None
-                for i in range(q)
-            ]
-            force = jnp.stack(boundaries.momentum_exchange(lat, here, pre, at_obstacle))
-            force = force.astype(dtype)
+        if plan.force is not None:
+            force = plan.force(pre, view)
         return tuple(pre), force, scratch
 
     def advance(src, dst, scratch, geo: dict, time: Array, after: Array | None = None):
@@ -441,22 +209,16 @@ def make_chunk(
         """
         pre, force, scratch = pull(src, geo, scratch)
         post = collide(pre, time)
-        if after is not None and any(obstacle_links):
+        if after is not None and plan.force is not None:
             post = tuple(p + 0.0 * after[0] for p in post)
         dst = write_padded(dst, post, lat.c, halo)
         return dst, scratch, force
 
     def padded_geometry(geometry: FluidGeometry) -> dict:
-        geo = {"open_velocity": geometry.open_velocity}
-        if has_solid:
-            geo["solid"] = pad_with_halo(geometry.solid, 0, halo)
-            geo["solid_interior"] = geometry.solid
-            if curved:
-                geo["wall_distance"] = pad_with_halo(geometry.wall_distance, 1, halo)
-            if any(obstacle_links):
-                geo["obstacle"] = pad_with_halo(geometry.obstacle, 0, halo)
-            if moving:
-                geo["wall_velocity"] = pad_with_halo(geometry.wall_velocity, 1, halo)
+        """The geometry the parts read: the fields they name padded with filled ghosts."""
+        geo = {"open_velocity": geometry.open_velocity, "solid_interior": geometry.solid}
+        for name, lead in plan.padded:
+            geo[name] = pad_with_halo(getattr(geometry, name), lead, halo)
         return geo
 
     def chunk(state: FluidState, geometry: FluidGeometry, n: int) -> tuple[FluidState, Array]:
@@ -470,7 +232,7 @@ def make_chunk(
 
         # zeros_like keeps the shard-varying type inside shard_map (a scan carry must keep it)
         zero = jnp.zeros_like(state.populations[0])
-        scratch = tuple(zero for _ in range(q)) if materialize else ()
+        scratch = tuple(zero for _ in range(q)) if plan.materialise else ()
 
         # two steps per iteration, a -> b -> a, so the loop carry never swaps buffers
         # (a swapped carry makes XLA insert full copies)
@@ -494,7 +256,7 @@ def make_chunk(
         forces.append(f[None])
         new_state = FluidState(populations=jnp.stack(pre), time=t0 + n)
         forces = jnp.concatenate(forces)
-        if any(obstacle_links):
+        if plan.force is not None:
             forces = halo.sum(forces)
         return new_state, forces
 

@@ -1,0 +1,126 @@
+"""Ghost-padded population buffers: pull streaming as static slices, ghost filling by a halo.
+
+Inside a chunk every direction i lives in a buffer with one ghost layer on every face,
+(nx+2, ny+2[, nz+2]). Pull streaming, f_i(x) = f_i*(x - c_i), is then the static slice
+``upstream(buffer_i, c_i)``, which XLA fuses into its consumers (``jnp.roll`` would be
+materialised). The ghosts a pull reads are filled from the interior through a ``Halo``: a
+periodic wrap on one device, the neighbouring shard's block when sharded, so serial and
+parallel runs take the same code path (docs/performance.md, docs/distributed.md).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator, Sequence
+
+import jax.numpy as jnp
+from jax import Array, lax
+
+from solver.distributed.decomposition import neighbour_offsets
+from solver.distributed.halo import Halo, SingleHalo, shift_together
+
+SINGLE = SingleHalo()
+
+# (start, size) per axis in interior coordinates
+Region = Sequence[tuple[int, int]]
+
+
+def pad_with_halo(field: Array, lead: int = 0, halo: Halo = SINGLE) -> Array:
+    """(*lead_axes, *shape) -> (*lead_axes, *(shape + 2)) with every ghost layer (faces, edges,
+    corners) filled by ``halo``: periodic on one device, from the neighbours when sharded (one
+    message per neighbour)."""
+    d = field.ndim - lead
+    shape = field.shape[lead:]
+    padded = jnp.pad(field, [(0, 0)] * lead + [(1, 1)] * d)
+    routes: dict[tuple[int, ...], list] = {}
+    for offset in neighbour_offsets(d):
+        moving = tuple(a for a, o in enumerate(offset) if o)
+        for axes, src_start, src_size, ghost_start in ghost_regions(offset, shape):
+            if axes == moving:  # the region only this offset reads
+                block = lax.slice(
+                    field,
+                    [0] * lead + src_start,
+                    list(field.shape[:lead])
+                    + [s + n for s, n in zip(src_start, src_size, strict=True)],
+                )
+                routes.setdefault(halo.route(offset), []).append((ghost_start, block))
+    for route, items in routes.items():
+        blocks = [block for _, block in items]
+        if any(route):
+            blocks = shift_together(halo, blocks, route)
+        for (ghost_start, _), block in zip(items, blocks, strict=True):
+            padded = lax.dynamic_update_slice(padded, block, [0] * lead + ghost_start)
+    return padded
+
+
+def upstream(padded: Array, offset: Sequence[int], region: Region | None = None) -> Array:
+    """Interior view of a padded (*shape + 2) array shifted by ``offset``: out(x) = a(x - offset).
+
+    A static slice, which XLA fuses into its consumer. ``region`` restricts the view to
+    (start, size) per axis in interior coordinates; None is the whole interior.
+    """
+    if region is None:
+        region = [(0, n - 2) for n in padded.shape]
+    starts = [1 - int(o) + r0 for o, (r0, _) in zip(offset, region, strict=True)]
+    limits = [s + size for s, (_, size) in zip(starts, region, strict=True)]
+    return lax.slice(padded, starts, limits)
+
+
+def ghost_regions(
+    offset: Sequence[int], shape: Sequence[int]
+) -> Iterator[tuple[tuple[int, ...], list[int], list[int], list[int]]]:
+    """The ghost regions that a pull along ``offset`` reads, and where their values come from.
+
+    Yields (axes, source_start, source_size, ghost_start): the axes the region lies outside the
+    interior along, a block of the unpadded interior array and the padded index where it lands.
+    On one device the block is this array's own opposite edge (periodic); sharded, the same
+    block of the neighbouring shard at ``-offset`` along ``axes``. Faces, edges and corners are
+    all covered, which matters for diagonal directions (edges in D3Q19, corners in D3Q27).
+    """
+    moving = [a for a, o in enumerate(offset) if o != 0]
+    for r in range(1, len(moving) + 1):
+        for axes in itertools.combinations(moving, r):
+            src_start, src_size, ghost_start = [], [], []
+            for a, n in enumerate(shape):
+                if a in axes:
+                    low = offset[a] > 0  # reads the low ghost, which mirrors the last plane
+                    src_start.append(n - 1 if low else 0)
+                    src_size.append(1)
+                    ghost_start.append(0 if low else n + 1)
+                else:
+                    src_start.append(0)
+                    src_size.append(n)
+                    ghost_start.append(1)
+            yield axes, src_start, src_size, ghost_start
+
+
+def write_padded(
+    buffers: Sequence[Array],
+    interiors: Sequence[Array],
+    offsets: Sequence[Sequence[int]],
+    halo: Halo = SINGLE,
+) -> tuple[Array, ...]:
+    """Store each ``interiors[i]`` (*shape) into ``buffers[i]`` and fill the ghosts a pull along
+    ``offsets[i]`` will read, from the interior values themselves (not from the buffer: reading
+    the buffer back makes XLA copy the whole array), through ``halo``: a periodic wrap, or a
+    neighbour's block. Blocks for the same neighbour travel together (one message per
+    neighbour and step)."""
+    d = interiors[0].ndim
+    out = [
+        lax.dynamic_update_slice(b, x, (1,) * d) for b, x in zip(buffers, interiors, strict=True)
+    ]
+    routes: dict[tuple[int, ...], list] = {}
+    for i, (interior, offset) in enumerate(zip(interiors, offsets, strict=True)):
+        for axes, src_start, src_size, ghost_start in ghost_regions(offset, interior.shape):
+            block = lax.slice(
+                interior, src_start, [s + n for s, n in zip(src_start, src_size, strict=True)]
+            )
+            shift = [int(o) if a in axes else 0 for a, o in enumerate(offset)]
+            routes.setdefault(halo.route(shift), []).append((i, ghost_start, block))
+    for route, items in routes.items():
+        blocks = [block for _, _, block in items]
+        if any(route):
+            blocks = shift_together(halo, blocks, route)
+        for (i, ghost_start, _), block in zip(items, blocks, strict=True):
+            out[i] = lax.dynamic_update_slice(out[i], block, ghost_start)
+    return tuple(out)
