@@ -16,6 +16,8 @@ from typing import Any, Protocol
 
 from solver.errors import RunStoppedError
 
+UNBOUNDED_STEPS = 2**62  # a service run (hook.unbounded) ends only by a signal
+
 
 @dataclass(frozen=True)
 class OutputSchedule:
@@ -32,6 +34,8 @@ class OutputSchedule:
         """``every`` None: about ``outputs`` outputs in the run; with ``chunk``, an interval
         longer than one chunk is rounded up to whole chunks (the chunks keep one length and
         compile once)."""
+        if unbounded:  # no last step: ``total`` must never end a chunk early
+            total = UNBOUNDED_STEPS
         if every is None and not unbounded:
             every = max(1, math.ceil(total / outputs))
             if chunk is not None and every > chunk:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from solver.distributed.runtime import Runtime
+from solver.errors import ConfigError
 from solver.model import Model
 
 
@@ -15,10 +16,13 @@ def build_model(config, runtime: Runtime, output_dir: Path, unbounded: bool = Fa
         if config.bodies.ensemble.enabled:
             from solver.bodies.ensemble import EnsembleModel
 
+            if unbounded:  # its outputs are preallocated for a known number of steps
+                raise ConfigError("bodies.ensemble.enabled", True, "false for a service run")
+
             return EnsembleModel(config, runtime, output_dir)
         from solver.bodies.model import BodyModel
 
-        return BodyModel(config, runtime, output_dir)
+        return BodyModel(config, runtime, output_dir, unbounded=unbounded)
     from solver.fluid.model import FluidModel
 
     return FluidModel(config, runtime, output_dir, unbounded=unbounded)

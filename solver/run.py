@@ -33,13 +33,12 @@ from solver.checkpoint.preemption import StopRequests
 from solver.checkpoint.session import RunCheckpoints
 from solver.distributed.runtime import Runtime, start
 from solver.errors import PreemptedError
-from solver.model import ChunkHook
+from solver.model import UNBOUNDED_STEPS, ChunkHook
 from solver.output.progress import Progress
 from solver.output.summary import write_run_json
 
 log = logging.getLogger("solver")
 
-UNBOUNDED_STEPS = 2**62  # a service run (hook.unbounded) ends only by a signal
 
 
 @dataclass
@@ -201,6 +200,8 @@ def _run(config, output_dir, interactive, stops, hook, model_factory) -> Outcome
             )
             if hook is not None:
                 n = min(n, hook.steps_until(done) or n)
+            if n < 1:  # a schedule, checkpoint or hook boundary behind the present: a bug
+                raise RuntimeError(f"run loop: chunk of {n} steps at step {done} of {total}")
             t0 = time.perf_counter()
             state, report = model.advance(state, n)
             problem = model.check(state, done + n)  # waits for the chunk

@@ -131,6 +131,24 @@ def test_sigterm_stops_with_a_checkpoint_and_the_rerun_resumes_bit_identical(tmp
     assert steps == [0, 100, 200, 300, 400]  # every output once, none lost or doubled
 
 
+class ServiceStopAt(SignalAt):
+    """An unbounded hook (a service, as the twin): the run ends only by SIGTERM."""
+
+    name, unbounded = "service_stop_at", True
+
+
+def test_a_service_run_goes_past_the_case_length_and_ends_on_sigterm(tmp_path):
+    """An unbounded run has no last step: the case's own length (400) must not end a chunk
+    early (a zero-step chunk once crashed the live twin there)."""
+    enable_precision("float64")
+    config = compose_config([*SCENE, "checkpoint=none", "case.output_every=null"])
+    with pytest.raises(PreemptedError) as stopped:
+        simulate(config, tmp_path, interactive=False, hook=ServiceStopAt(700))
+    assert stopped.value.shutdown
+    summary = json.loads((tmp_path / "run.json").read_text())
+    assert summary["status"] == "stopped" and summary["steps"] == 700
+
+
 def test_restart_from_another_run_dir_and_the_python_api(tmp_path, reference):
     """``checkpoint.resume=PATH`` into a new directory, through ``solver.api.run``."""
     result = run(

@@ -50,7 +50,9 @@ class BodyModel:
         output_dir: where the files go.
     """
 
-    def __init__(self, config, runtime: Runtime, output_dir: Path) -> None:
+    def __init__(
+        self, config, runtime: Runtime, output_dir: Path, unbounded: bool = False
+    ) -> None:
         self.config = config
         self.output_dir = Path(output_dir)
         self.runtime = runtime
@@ -61,7 +63,7 @@ class BodyModel:
         self.total = config.steps if config.steps is not None else case.default_steps
         self.work = setup.n_bodies
         self.schedule = OutputSchedule.of(
-            self.total, case.output_every, False, OUTPUTS_PER_RUN, config.chunk
+            self.total, case.output_every, unbounded, OUTPUTS_PER_RUN, config.chunk
         )
         mesh = config.bodies.mesh
         log.info(
