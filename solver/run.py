@@ -40,7 +40,6 @@ from solver.output.summary import write_run_json
 log = logging.getLogger("solver")
 
 
-
 @dataclass
 class Outcome:
     """What a finished run hands back.

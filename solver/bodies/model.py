@@ -50,9 +50,7 @@ class BodyModel:
         output_dir: where the files go.
     """
 
-    def __init__(
-        self, config, runtime: Runtime, output_dir: Path, unbounded: bool = False
-    ) -> None:
+    def __init__(self, config, runtime: Runtime, output_dir: Path, unbounded: bool = False) -> None:
         self.config = config
         self.output_dir = Path(output_dir)
         self.runtime = runtime
