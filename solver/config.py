@@ -37,6 +37,14 @@ from solver.bodies.config import (
     parse_bodies,
 )
 from solver.checkpoint.config import CheckpointConfig, parse_checkpoint
+from solver.coupling.config import (
+    COUPLED_CASES,
+    COUPLING_METHODS,
+    CoupledCaseConfig,
+    CouplingConfig,
+    SettlingSphereConfig,
+    parse_coupling,
+)
 from solver.distributed.config import DomainConfig, parse_domain
 from solver.errors import ConfigError
 from solver.fluid.config import (
@@ -66,6 +74,8 @@ __all__ = [
     "CASE_PARSERS",
     "COLLISIONS",
     "CONTACT_MODELS",
+    "COUPLED_CASES",
+    "COUPLING_METHODS",
     "ENSEMBLE_SWEEP",
     "FLUID_CASES",
     "INCLINE_SHAPES",
@@ -82,6 +92,8 @@ __all__ = [
     "CheckpointConfig",
     "ConfigError",
     "CouetteConfig",
+    "CoupledCaseConfig",
+    "CouplingConfig",
     "CradleConfig",
     "CylinderConfig",
     "DomainConfig",
@@ -95,13 +107,14 @@ __all__ = [
     "ProjectileConfig",
     "RunConfig",
     "SceneCaseConfig",
+    "SettlingSphereConfig",
     "TaylorGreenConfig",
     "TumblingConfig",
     "from_dict",
     "load",
 ]
 
-CaseConfig = FluidCaseConfig | BodyCaseConfig
+CaseConfig = FluidCaseConfig | BodyCaseConfig | CoupledCaseConfig
 
 
 @dataclass(frozen=True)
@@ -117,9 +130,14 @@ class RunConfig:
     resolved: dict  # the whole composed config as plain data, for run.json
     bodies: BodiesConfig = BodiesConfig.default()  # rigid-body ensembles
     twin: TwinConfig | None = None  # digital twin (solver.twin.config); None: off
+    coupling: CouplingConfig = CouplingConfig()  # bodies in the fluid (solver.coupling)
 
 
-CASE_PARSERS = {**FLUID_CASES, **BODY_CASES}  # case.name -> parser of the ``case`` section
+CASE_PARSERS = {
+    **FLUID_CASES,
+    **BODY_CASES,
+    **COUPLED_CASES,
+}  # case.name -> parser of the ``case`` section
 
 
 def from_dict(data: dict) -> RunConfig:
@@ -145,6 +163,12 @@ def from_dict(data: dict) -> RunConfig:
         if "bodies" in data
         else BodiesConfig.default()
     )
+    coupling = (
+        parse_coupling(Section("coupling", data["coupling"]))
+        if "coupling" in data
+        else CouplingConfig()
+    )
+    _check_coupling(name, case, coupling)
     return RunConfig(
         case=case,
         fluid=fluid,
@@ -161,7 +185,23 @@ def from_dict(data: dict) -> RunConfig:
         resolved=data,
         bodies=bodies,
         twin=_twin(data.get("twin"), case, bodies),
+        coupling=coupling,
     )
+
+
+def _check_coupling(name: str, case: Any, coupling: CouplingConfig) -> None:
+    """A case with bodies in the fluid needs a coupling method, and only such a case takes one."""
+    coupled = getattr(case, "kind", "fluid") == "coupled"
+    if coupled and not coupling.enabled:
+        raise ConfigError(
+            "coupling.method", coupling.method, f"psm for case {name} (bodies in the fluid)",
+            hint="add coupling=psm",
+        )  # fmt: skip
+    if coupling.enabled and not coupled:
+        raise ConfigError(
+            "coupling.method", coupling.method, f"none for case {name} (no bodies in the fluid)",
+            hint=f"coupled cases: {', '.join(COUPLED_CASES)}",
+        )  # fmt: skip
 
 
 def _twin(data: Any, case: Any, bodies: BodiesConfig | None = None) -> TwinConfig | None:
@@ -169,6 +209,8 @@ def _twin(data: Any, case: Any, bodies: BodiesConfig | None = None) -> TwinConfi
     twin = parse_twin(data)
     if not twin.enabled:
         return None
+    if getattr(case, "kind", "fluid") == "coupled":
+        raise ConfigError("twin.mode", twin.mode, "none for a coupled case (not yet)")
     if getattr(case, "kind", "fluid") != "fluid":
         # a rigid-body case: kinematic bodies follow body_pose sensors (solver.twin.bodies)
         if twin.enkf.enabled or twin.forecast.enabled:

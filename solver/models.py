@@ -11,8 +11,13 @@ from solver.model import Model
 
 def build_model(config, runtime: Runtime, output_dir: Path, unbounded: bool = False) -> Model:
     """The model of a validated config: a fluid case, a rigid-body scene (one device or split
-    over ``bodies.mesh``) or a rigid-body ensemble."""
-    if getattr(config.case, "kind", "fluid") == "bodies":
+    over ``bodies.mesh``), a rigid-body ensemble, or bodies moving in the fluid (coupled)."""
+    kind = getattr(config.case, "kind", "fluid")
+    if kind == "coupled":
+        from solver.coupling.model import CoupledModel
+
+        return CoupledModel(config, runtime, output_dir, unbounded=unbounded)
+    if kind == "bodies":
         if config.bodies.ensemble.enabled:
             from solver.bodies.ensemble import EnsembleModel
 

@@ -631,6 +631,45 @@ def diagnostics(
     )
 
 
+def body_step(
+    setup: BodySetup,
+    state: BodyState,
+    params: ContactParams,
+    external: tuple[Array, Array] | None = None,
+) -> BodyState:
+    """One step of ``setup.dt``: velocity Verlet with contacts and gravity, plus ``external``
+    (force (n, 3) N, torque (n, 3) N m) held constant over the step (a fluid's force)."""
+    results: list[ContactResult] = []
+
+    def forces_fn(bodies: Bodies) -> tuple[Array, Array]:
+        results.append(
+            contact_forces(
+                setup, bodies, state.partners, state.history, state.plane_history, params
+            )
+        )
+        force, torque = results[-1].force, results[-1].torque
+        if external is not None:
+            force, torque = force + external[0], torque + external[1]
+        return force, torque
+
+    bodies, force, torque = rigid_body.step(
+        state.bodies, state.force, state.torque, forces_fn, setup.dt
+    )
+    result = results[-1]
+    return BodyState(
+        bodies=bodies,
+        force=force,
+        torque=torque,
+        partners=result.partners,
+        history=result.history,
+        plane_history=result.plane_history,
+        contact_count=result.contact_count,
+        time=state.time + 1,
+        overflow=_merge_overflow(state.overflow, result.overflow),
+        elastic_energy=result.elastic_energy,
+    )
+
+
 def make_body_chunk(
     setup: BodySetup,
 ) -> Callable[..., tuple[BodyState, BodyDiagnostics]]:
@@ -643,32 +682,7 @@ def make_body_chunk(
     """
 
     def one_step(state: BodyState, params: ContactParams) -> tuple[BodyState, BodyDiagnostics]:
-        results: list[ContactResult] = []
-
-        def forces_fn(bodies: Bodies) -> tuple[Array, Array]:
-            results.append(
-                contact_forces(
-                    setup, bodies, state.partners, state.history, state.plane_history, params
-                )
-            )
-            return results[-1].force, results[-1].torque
-
-        bodies, force, torque = rigid_body.step(
-            state.bodies, state.force, state.torque, forces_fn, setup.dt
-        )
-        result = results[-1]
-        state = BodyState(
-            bodies=bodies,
-            force=force,
-            torque=torque,
-            partners=result.partners,
-            history=result.history,
-            plane_history=result.plane_history,
-            contact_count=result.contact_count,
-            time=state.time + 1,
-            overflow=_merge_overflow(state.overflow, result.overflow),
-            elastic_energy=result.elastic_energy,
-        )
+        state = body_step(setup, state, params)
         return state, diagnostics(setup, state, params)
 
     def chunk(

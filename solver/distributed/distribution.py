@@ -35,7 +35,15 @@ from solver.distributed.halo import MpiHalo, XlaHalo
 from solver.distributed.runtime import Runtime
 from solver.errors import ConfigError
 from solver.fluid.setup import FluidSetup
-from solver.fluid.step import FluidGeometry, FluidState, make_chunk, make_geometry
+from solver.fluid.step import (
+    SINGLE,
+    FluidGeometry,
+    FluidState,
+    StepCoupling,
+    make_chunk,
+    make_coupled_chunk,
+    make_geometry,
+)
 
 
 class Distribution:
@@ -134,6 +142,33 @@ class Distribution:
             return mapped(state, geometry)
 
         return chunk
+
+    def coupled_chunk(self, setup: FluidSetup, coupling: StepCoupling) -> Callable:
+        """jit-compiled chunk(state, geometry, n, extra) -> (state, forces (n, d), extra,
+        reports) of ``solver.fluid.step.make_coupled_chunk``; ``extra`` (the coupled bodies)
+        is replicated on every shard. The state and extra are donated, n is static."""
+        if self.backend == "single":
+            local = make_coupled_chunk(setup, SINGLE, coupling)
+        elif self.backend == "mpi":
+            halo = MpiHalo(self.decomposition, self.runtime.comm)
+            local = make_coupled_chunk(setup, halo, coupling)
+        else:
+            inner = make_coupled_chunk(setup, XlaHalo(self.decomposition), coupling)
+            state_spec = FluidState(populations=self._spec(1), time=P())
+            geometry_spec = make_geometry(
+                setup, lambda arr, dtype, lead, face: self._spec(lead, face)
+            )
+
+            def local(state, geometry, n, extra):
+                mapped = jax.shard_map(
+                    lambda s, g, e: inner(s, g, n, e),
+                    mesh=self.mesh,
+                    in_specs=(state_spec, geometry_spec, P()),
+                    out_specs=(state_spec, P(), P(), P()),
+                )
+                return mapped(state, geometry, extra)
+
+        return jax.jit(local, static_argnums=2, donate_argnums=(0, 3))
 
     # ------------------------------------------------------------------ host side
 

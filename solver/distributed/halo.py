@@ -46,6 +46,9 @@ class Halo(Protocol):
     def sum(self, x: Array) -> Array:
         """Sum of ``x`` over all shards (every shard gets the result)."""
 
+    def origin(self, block: Sequence[int]) -> tuple[Array | int, ...]:
+        """Global index of this shard's first cell along each axis (``block``: its shape)."""
+
 
 class SingleHalo:
     """One device: shifts wrap onto the same array; every face is a global face."""
@@ -61,6 +64,9 @@ class SingleHalo:
 
     def sum(self, x: Array) -> Array:
         return x
+
+    def origin(self, block: Sequence[int]) -> tuple[int, ...]:
+        return (0,) * len(block)
 
 
 class XlaHalo:
@@ -95,6 +101,12 @@ class XlaHalo:
     def sum(self, x: Array) -> Array:
         # over every mesh axis, size-1 ones included: sharded inputs vary over all of them
         return lax.psum(x, self.names)
+
+    def origin(self, block: Sequence[int]) -> tuple[Array | int, ...]:
+        return tuple(
+            lax.axis_index(name) * n if m > 1 else 0
+            for name, n, m in zip(self.names, block, self.mesh, strict=True)
+        )
 
 
 class MpiHalo:
@@ -134,6 +146,9 @@ class MpiHalo:
         if self.comm.Get_size() == 1:
             return x
         return mpi4jax.allreduce(x, op=MPI.SUM, comm=self.comm)
+
+    def origin(self, block: Sequence[int]) -> tuple[int, ...]:
+        return tuple(int(c) * n for c, n in zip(self.coords, block, strict=True))
 
 
 def shift_together(halo: Halo, blocks: Sequence[Array], offset: Sequence[int]) -> list[Array]:

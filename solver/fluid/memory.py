@@ -50,12 +50,15 @@ class Footprint:
             the step then materialises the streamed populations.
         scratch: float64 fields per cell the builder holds at its peak on top of its arrays,
             as a function of the dimension.
+        coupled: bodies in the fluid (solver.coupling): the step's solid fraction, solid
+            velocity, weight and force fields, 2 d + 2 per cell.
     """
 
     solid: bool = True
     wall_velocity: bool = False
     curved: bool = False
     scratch: Callable[[int], float] = lambda d: 0.0
+    coupled: bool = False
 
 
 FOOTPRINTS: dict[str, Footprint] = {
@@ -68,6 +71,7 @@ FOOTPRINTS: dict[str, Footprint] = {
     "couette": Footprint(wall_velocity=True),
     "cavity": Footprint(wall_velocity=True),
     "duct": Footprint(),
+    "settling_sphere": Footprint(coupled=True),
 }
 
 
@@ -133,6 +137,8 @@ def estimate(config, shape: tuple[int, ...], mesh: tuple[int, ...] | None = None
         device += itemsize * d * (local + padded)
     if footprint.curved:
         device += itemsize * q * (local + padded) + local + padded
+    if footprint.coupled:
+        device += itemsize * (2 * d + 2) * local
     return MemoryEstimate(
         tuple(int(n) for n in shape),
         math.prod(mesh),

@@ -28,6 +28,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 import jax
 import jax.numpy as jnp
@@ -52,6 +53,7 @@ __all__ = [
     "initial_state",
     "macroscopic",
     "make_chunk",
+    "make_coupled_chunk",
     "make_geometry",
     "make_step",
     "pad_with_halo",
@@ -161,6 +163,18 @@ def initial_state(
 # ---------------------------------------------------------------- the chunk
 
 
+class StepCoupling(Protocol):
+    """What couples other physics into the fluid step at its collision (solver.coupling).
+
+    ``bind(setup, halo)`` returns collide(f, time, extra, geo) -> (f_post, extra, report) for
+    one shard: ``f`` the q pre-collision arrays of its block, ``extra`` the coupled state (a
+    pytree replicated on every shard, e.g. the bodies), ``geo`` the step's geometry (its
+    "solid_interior": the block's solid mask or None), ``report`` a pytree recorded every step.
+    """
+
+    def bind(self, setup: FluidSetup, halo: Halo) -> Callable: ...
+
+
 def make_chunk(
     setup: FluidSetup, halo: Halo = SINGLE
 ) -> Callable[[FluidState, FluidGeometry, int], tuple[FluidState, Array]]:
@@ -175,11 +189,35 @@ def make_chunk(
     and ``halo`` fills the ghost layers and tells which global faces the block touches. With
     the default ``SingleHalo`` the block is the whole grid with periodic edges.
     """
+    chunk = _make_chunk(setup, halo, None)
+
+    def fluid_chunk(state: FluidState, geometry: FluidGeometry, n: int):
+        new_state, forces, _, _ = chunk(state, geometry, n, ())
+        return new_state, forces
+
+    return fluid_chunk
+
+
+def make_coupled_chunk(setup: FluidSetup, halo: Halo, coupling: StepCoupling) -> Callable:
+    """Build chunk(state, geometry, n, extra) -> (state, forces (n, d), extra, reports): the
+    fluid chunk with ``coupling``'s collision; ``reports`` stacks each step's report (leading
+    axis n)."""
+    return _make_chunk(setup, halo, coupling)
+
+
+def _make_chunk(setup: FluidSetup, halo: Halo, coupling: StepCoupling | None) -> Callable:
     lat = setup.lattice
     q, d = lat.q, lat.d
     dtype = jnp.dtype(setup.dtype)
-    collide = make_collide(setup)
     plan = plan_boundaries(setup, halo)
+    if coupling is None:
+        fluid_collide = make_collide(setup)
+
+        def collide(f, time, extra, geo):
+            return fluid_collide(f, time), extra, ()
+
+    else:
+        collide = coupling.bind(setup, halo)
 
     def pull(buffers: Sequence[Array], geo: dict, scratch: tuple):
         """Pre-collision populations f_i(x, t) (q arrays (*shape)), the obstacle force (d,)
@@ -200,7 +238,7 @@ def make_chunk(
             force = plan.force(pre, view)
         return tuple(pre), force, scratch
 
-    def advance(src, dst, scratch, geo: dict, time: Array, after: Array | None = None):
+    def advance(src, dst, scratch, extra, geo: dict, time: Array, after: Array | None = None):
         """One step: pull from ``src`` (post-collision at time-1), collide, write ``dst``.
 
         ``after``: the previous step's force. Adding 0 * after makes this step's writes depend
@@ -208,11 +246,11 @@ def make_chunk(
         late and protects the buffer with q full copies per step.
         """
         pre, force, scratch = pull(src, geo, scratch)
-        post = collide(pre, time)
+        post, extra, report = collide(pre, time, extra, geo)
         if after is not None and plan.force is not None:
             post = tuple(p + 0.0 * after[0] for p in post)
         dst = write_padded(dst, post, lat.c, halo)
-        return dst, scratch, force
+        return dst, scratch, extra, force, report
 
     def padded_geometry(geometry: FluidGeometry) -> dict:
         """The geometry the parts read: the fields they name padded with filled ghosts."""
@@ -221,10 +259,14 @@ def make_chunk(
             geo[name] = pad_with_halo(getattr(geometry, name), lead, halo)
         return geo
 
-    def chunk(state: FluidState, geometry: FluidGeometry, n: int) -> tuple[FluidState, Array]:
+    def stacked(*reports):
+        return jax.tree.map(lambda *r: jnp.stack(r), *reports)
+
+    def chunk(state: FluidState, geometry: FluidGeometry, n: int, extra):
         geo = padded_geometry(geometry)
         t0 = state.time
-        post = collide([state.populations[i] for i in range(q)], t0)
+        post, extra, report = collide([state.populations[i] for i in range(q)], t0, extra, geo)
+        reports = [jax.tree.map(lambda r: r[None], report)]
         # only the ghosts each direction's pull reads, as in every step
         a = write_padded(tuple(jnp.pad(jnp.zeros_like(p), 1) for p in post), post, lat.c, halo)
         b = tuple(jnp.zeros_like(p) for p in a)
@@ -237,28 +279,33 @@ def make_chunk(
         # two steps per iteration, a -> b -> a, so the loop carry never swaps buffers
         # (a swapped carry makes XLA insert full copies)
         def two_steps(carry, k):
-            a, b, scratch = carry
-            b, scratch, f1 = advance(a, b, scratch, geo, t0 + 2 * k + 1)
-            a, scratch, f2 = advance(b, a, scratch, geo, t0 + 2 * k + 2, after=f1)
-            return (a, b, scratch), jnp.stack([f1, f2])
+            a, b, scratch, extra = carry
+            b, scratch, extra, f1, r1 = advance(a, b, scratch, extra, geo, t0 + 2 * k + 1)
+            a, scratch, extra, f2, r2 = advance(b, a, scratch, extra, geo, t0 + 2 * k + 2, after=f1)
+            return (a, b, scratch, extra), (jnp.stack([f1, f2]), stacked(r1, r2))
 
         pairs = (n - 1) // 2
-        if pairs:
-            (a, b, scratch), paired = lax.scan(
-                two_steps, (a, b, scratch), jnp.arange(pairs, dtype=jnp.int32)
+        if pairs > 0:
+            (a, b, scratch, extra), (paired, paired_reports) = lax.scan(
+                two_steps, (a, b, scratch, extra), jnp.arange(pairs, dtype=jnp.int32)
             )
             forces.append(paired.reshape(2 * pairs, d))
+            reports.append(
+                jax.tree.map(lambda r: r.reshape((2 * pairs, *r.shape[2:])), paired_reports)
+            )
         if (n - 1) % 2:
-            b, scratch, f = advance(a, b, scratch, geo, t0 + n - 1)
+            b, scratch, extra, f, report = advance(a, b, scratch, extra, geo, t0 + n - 1)
             a = b
             forces.append(f[None])
+            reports.append(jax.tree.map(lambda r: r[None], report))
         pre, f, _ = pull(a, geo, scratch)
         forces.append(f[None])
         new_state = FluidState(populations=jnp.stack(pre), time=t0 + n)
         forces = jnp.concatenate(forces)
         if plan.force is not None:
             forces = halo.sum(forces)
-        return new_state, forces
+        reports = jax.tree.map(lambda *r: jnp.concatenate(r), *reports)
+        return new_state, forces, extra, reports
 
     return chunk
 

@@ -1,0 +1,219 @@
+"""Bodies moving in the fluid as a model of the run loop (``solver.run``).
+
+State: ``CoupledState`` (the fluid's populations split over ``domain.mesh``, and the bodies
+with their last hydrodynamic force, replicated on every shard). The chunk is the fluid chunk
+with the coupled collision (``solver.coupling.step``); it reports the tracked bodies' position,
+velocity and hydrodynamic force after every fluid step. Outputs in one run directory, timed
+alike so that ParaView shows them together: fields.h5/xdmf and bodies.h5/xdmf at the output
+steps, bodies_track.csv every step, a PNG of a slice through the first body with the bodies
+drawn, a PNG of the tracked bodies' velocity against time, and run.json's ``coupling`` section.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+import jax
+import numpy as np
+from jax import Array
+
+from kernels.rigid_body import angular_velocity
+from solver.bodies.step import initial_state as initial_body_state
+from solver.coupling.cases import CoupledCase, build_coupled_case
+from solver.coupling.output import TrackLog, plot_track, save_slice_png
+from solver.coupling.step import TRACK_FIELDS, CoupledBodies
+from solver.distributed.runtime import Runtime
+from solver.fluid.model import OUTPUTS_PER_RUN, FluidModel, _replicated
+from solver.fluid.step import FluidState
+from solver.model import OutputSchedule, Problem
+from solver.output.bodies import BodyWriter
+
+log = logging.getLogger("solver")
+
+
+@jax.tree_util.register_dataclass
+@dataclass(frozen=True)
+class CoupledState:
+    """The fluid and the bodies at one time (a pytree)."""
+
+    fluid: FluidState
+    bodies: CoupledBodies
+
+    def replace(self, **changes) -> CoupledState:
+        return dataclasses.replace(self, **changes)
+
+
+class CoupledModel(FluidModel):
+    """A coupled case on the fluid's device mesh (see the module docstring)."""
+
+    def __init__(
+        self,
+        config,
+        runtime: Runtime,
+        output_dir: Path,
+        unbounded: bool = False,
+        coupled: CoupledCase | None = None,
+    ) -> None:
+        self.coupled = coupled = build_coupled_case(config) if coupled is None else coupled
+        super().__init__(config, runtime, output_dir, unbounded, case=coupled.fluid)
+        bodies = coupled.bodies
+        self.n_bodies = bodies.n_bodies
+        every = coupled.output_every if coupled.output_every is not None else config.output.every
+        self.schedule = OutputSchedule.of(
+            self.total, every, unbounded, OUTPUTS_PER_RUN, config.chunk
+        )
+        self.label = f"{coupled.name} {self.setup.lattice.name} + {self.n_bodies} body(ies)"
+        self.identity["bodies"] = self.n_bodies
+        self.identity["coupling"] = config.coupling.method
+        log.info(
+            "coupling %s: %d body(ies), %d body step(s) of %.4g s per fluid step, "
+            "sphere radius %.3g cells",
+            config.coupling.method,
+            self.n_bodies,
+            coupled.coupling.substeps,
+            bodies.dt,
+            float(coupled.coupling.radius_cells.min()),
+        )
+        self._chunk = self.dist.coupled_chunk(self.setup, coupled.coupling)
+        self.tracked = min(coupled.coupling.tracked, self.n_bodies)
+        self.track: list[np.ndarray] = []  # (k, tracked, 9) per chunk, SI
+        self.body_writer: BodyWriter | None = None
+        self.track_log: TrackLog | None = None
+
+    # ------------------------------------------------------------------ state
+
+    def initial_state(self) -> CoupledState:
+        fluid = super().initial_state()
+        dtype = jax.numpy.dtype(self.setup.dtype)
+        start = jax.tree.map(lambda a: a.astype(dtype) if a.dtype.kind == "f" else a,
+                             self.coupled.initial)  # fmt: skip
+        bodies = self.coupled.coupling.initial(initial_body_state(self.coupled.bodies, start))
+        return CoupledState(fluid=fluid, bodies=jax.tree.map(self.dist.replicate, bodies))
+
+    def restored(self, view, host: dict, step: int):
+        if "track" in host:
+            self.track.append(host["track"].reshape(-1, self.tracked, TRACK_FIELDS))
+        return view
+
+    def checkpoint_host(self, step: int, state) -> tuple[dict, dict]:
+        host, meta = super().checkpoint_host(step, state)
+        if self.track:
+            host["track"] = np.concatenate(self.track).reshape(-1, self.tracked * TRACK_FIELDS)
+        return host, meta
+
+    # ------------------------------------------------------------------ outputs
+
+    def open_outputs(self, step: int, resumed: bool, state) -> dict[str, str]:
+        outputs: dict[str, str] = {}
+        if self.dist.is_root:
+            bodies = self.coupled.bodies
+            mass = 1.0 / np.asarray(self.coupled.initial.inverse_mass)
+            self.body_writer = BodyWriter(
+                self.output_dir,
+                bodies.bounding_radius,
+                mass,
+                {"case": self.name, "dt_s": self.dt, "coupling": self.config.coupling.method},
+                resume_step=step if resumed else None,
+            )
+            history = np.concatenate(self.track) if self.track else None
+            self.track_log = TrackLog(
+                self.output_dir / "bodies_track.csv", self.tracked, self.dt, history
+            )
+            outputs = {
+                "bodies_h5": str(self.body_writer.h5_path),
+                "bodies_xdmf": str(self.body_writer.xdmf_path),
+                "bodies_track_csv": str(self.track_log.path),
+            }
+        return {**outputs, **super().open_outputs(step, resumed, state)}
+
+    def write(self, step: int, state) -> None:
+        super().write(step, state.fluid)
+        if self.body_writer is None:
+            return
+        body_state = state.bodies.state
+        bodies = body_state.bodies
+        fields = {
+            "position": _replicated(bodies.position),
+            "orientation": _replicated(bodies.orientation),
+            "velocity": _replicated(bodies.velocity),
+            "angular_velocity": _replicated(angular_velocity(bodies)),
+            "contact_count": _replicated(body_state.contact_count),
+        }
+        self.body_writer.write(step, self.units.to_physical_time(step), fields)
+
+    # ------------------------------------------------------------------ stepping
+
+    def advance(self, state: CoupledState, n: int):
+        fluid, _, bodies, reports = self._chunk(state.fluid, self.geometry, n, state.bodies)
+        return CoupledState(fluid=fluid, bodies=bodies), reports
+
+    def check(self, state: CoupledState, done: int) -> Problem | None:
+        return super().check(state.fluid, done)
+
+    def record(self, first: int, n: int, state, report: Array) -> None:
+        track = np.asarray(_replicated(report), dtype=np.float64).reshape(
+            n, self.tracked, TRACK_FIELDS
+        )
+        if self.track_log is not None:
+            self.track_log.append(first + 1, track)
+        self.track.append(track)
+
+    # ------------------------------------------------------------------ the end
+
+    def conclude(self, status: str, done: int, state, timing: dict) -> dict:
+        summary = super().conclude(status, done, state.fluid, timing)
+        coupled = self.coupled
+        summary["coupling"] = {
+            "method": self.config.coupling.method,
+            "bodies": self.n_bodies,
+            "substeps": coupled.coupling.substeps,
+            "body_dt_s": coupled.bodies.dt,
+            "average_force": coupled.coupling.average_force,
+            "radius_cells": float(coupled.coupling.radius_cells.min()),
+            **{k: v for k, v in coupled.info.items() if v is not None},
+        }
+        if status != "completed" or not self.dist.is_root:
+            return summary
+        track = np.concatenate(self.track) if self.track else np.zeros((0, self.tracked, 9))
+        times = self.units.to_physical_time(np.arange(1, len(track) + 1))
+        summary["diagnostics"] = {**summary["diagnostics"], **coupled.diagnostics(times, track)}
+        if self.config.output.png and len(track):
+            outputs = summary.setdefault("outputs", {})
+            outputs["track_png"] = str(
+                plot_track(self.output_dir / "bodies_track.png", times, track, coupled)
+            )
+            if self.final_fields is not None:
+                position = np.asarray(_replicated(state.bodies.state.bodies.position))
+                outputs["slice_png"] = str(
+                    save_slice_png(
+                        self.output_dir / "slice.png",
+                        self.final_fields["velocity"],
+                        self.setup.solid,
+                        self.units.dx,
+                        self.case.origin,
+                        position,
+                        coupled.bodies.radius,
+                        f"{coupled.name}: speed at t = {self.units.to_physical_time(done):.4g} s",
+                    )
+                )
+        return summary
+
+    def summary_lines(self, summary: dict) -> list[str]:
+        lines = super().summary_lines(summary)
+        info = summary.get("coupling") or {}
+        diag = summary.get("diagnostics") or {}
+        text = (
+            f"coupling {info.get('method')}: {info.get('bodies')} body(ies), "
+            f"{info.get('substeps')} body step(s) per fluid step"
+        )
+        if "max_settling_velocity_m_s" in diag:
+            text += f"; max settling velocity {diag['max_settling_velocity_m_s']:.4g} m/s"
+            if "reference_max_velocity_m_s" in diag:
+                text += (
+                    f" (experiment {diag['reference_max_velocity_m_s']:.4g} m/s, "
+                    f"{100 * diag['max_velocity_error']:+.1f}%)"
+                )
+        return [*lines[:3], text, *lines[3:]]

@@ -1,0 +1,111 @@
+"""Outputs of a coupled run: the tracked bodies every step, and two pictures.
+
+bodies_track.csv: one row per fluid step and tracked body (step, time_s, body, x, y, z, vx, vy,
+vz, fx, fy, fz; SI, the hydrodynamic force without buoyancy). bodies_track.png: each tracked
+body's velocity and hydrodynamic force against time (a PSM force history has no spikes when
+the body crosses cells; this is where to look). slice.png: the speed on the vertical plane
+y = y of the first body, with the bodies cut by that plane drawn as circles.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+TRACK_COLUMNS = ("step", "time_s", "body", "x", "y", "z", "vx", "vy", "vz", "fx", "fy", "fz")
+
+
+class TrackLog:
+    """bodies_track.csv, appended after every chunk (rows of a resumed run rewritten first)."""
+
+    def __init__(
+        self, path: Path, tracked: int, dt: float, history: np.ndarray | None = None
+    ) -> None:
+        self.path = Path(path)
+        self.tracked, self.dt = tracked, dt
+        self.path.write_text(",".join(TRACK_COLUMNS) + "\n")
+        if history is not None and len(history):
+            self.append(1, history)
+
+    def append(self, first_step: int, track: np.ndarray) -> None:
+        """track: (k, tracked, 9) after steps first_step, first_step + 1, ..."""
+        with self.path.open("a") as f:
+            for i, rows in enumerate(track):
+                step = first_step + i
+                for body, row in enumerate(rows):
+                    values = ",".join(f"{v:.9g}" for v in row)
+                    f.write(f"{step},{step * self.dt:.9g},{body},{values}\n")
+
+
+def plot_track(path: Path, times: np.ndarray, track: np.ndarray, case) -> Path:
+    """Vertical velocity and hydrodynamic force of the tracked bodies against time; the
+    experiment's maximum settling velocity as a line where the case knows it."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(8, 6), sharex=True)
+    for body in range(track.shape[1]):
+        top.plot(times, track[:, body, 5], lw=1, label=f"body {body}")
+        bottom.plot(times, track[:, body, 8], lw=1)
+    reference = case.info.get("reference_max_velocity_m_s")
+    if reference is not None:
+        top.axhline(-reference, color="k", ls="--", lw=1, label="experiment, max (ten Cate 2002)")
+    top.set_ylabel("vertical velocity (m/s)")
+    top.legend(fontsize=8, loc="best")
+    bottom.set_ylabel("hydrodynamic force z (N)")
+    bottom.set_xlabel("t (s)")
+    fig.suptitle(f"{case.name}: tracked bodies (every fluid step)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return Path(path)
+
+
+def save_slice_png(
+    path: Path,
+    velocity: np.ndarray,
+    solid: np.ndarray | None,
+    dx: float,
+    origin: tuple[float, ...],
+    positions: np.ndarray,
+    radius: np.ndarray,
+    title: str,
+) -> Path:
+    """Speed on the x-z plane through the first body's centre, bodies drawn where cut.
+
+    Args:
+        velocity: (3, nx, ny, nz) m/s; solid: (nx, ny, nz) bool or None;
+        positions: (n, 3) m; radius: (n,) m.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Circle
+
+    y0 = float(positions[0, 1])
+    j = int(np.clip(round((y0 - origin[1]) / dx - 0.5), 0, velocity.shape[2] - 1))
+    speed = np.sqrt(np.sum(velocity[:, :, j, :] ** 2, axis=0))
+    if solid is not None:
+        speed = np.ma.masked_where(solid[:, j, :], speed)
+    nx, nz = speed.shape
+    extent = (origin[0], origin[0] + nx * dx, origin[2], origin[2] + nz * dx)
+    fig, ax = plt.subplots(figsize=(6, 6 * nz / nx + 0.5), dpi=110)
+    cmap = plt.get_cmap("viridis").with_extremes(bad="0.35")
+    image = ax.imshow(speed.T, origin="lower", extent=extent, cmap=cmap, interpolation="nearest")
+    fig.colorbar(image, ax=ax, label="speed (m/s)", shrink=0.8)
+    y_plane = origin[1] + (j + 0.5) * dx
+    for (x, y, z), r in zip(positions, radius, strict=True):
+        cut = r * r - (y - y_plane) ** 2
+        if cut > 0:
+            ax.add_patch(Circle((x, z), np.sqrt(cut), fill=False, color="w", lw=1.2))
+    ax.set_xlabel("x (m)")
+    ax.set_ylabel("z (m)")
+    ax.set_title(title + f"\n(plane y = {y_plane:.4g} m)", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return Path(path)

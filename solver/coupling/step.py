@@ -1,0 +1,187 @@
+"""The coupled step: the fluid's collision with moving bodies (PSM), then the bodies moved.
+
+One fluid step of a coupled run, inside the fluid chunk (``solver.fluid.step``) at its collision:
+    1. the bodies at time t are put on the grid: each sphere's solid fraction and velocity
+       v + omega x r on the cells of its stencil, summed into the block (scatter-add) and
+       masked by the fluid's walls;
+    2. the fluid's own operator (BGK, TRT, with its forcing) and the PSM blend
+       (kernels/coupling.py) give the post-collision populations and the force on the solid
+       in every cell;
+    3. each body gathers its share of the cells' force and torque (its fraction over the
+       cell's total), summed over all shards;
+    4. the bodies advance by one fluid step in ``substeps`` rigid-body steps (contacts,
+       gravity) with the hydrodynamic force (averaged over the last two fluid steps when
+       ``average_force``) and the buoyancy -rho_f V g held constant.
+Bodies are replicated on every shard: each shard computes the same body update from the same
+summed forces (a few thousand bodies cost little next to the grid).
+
+Units: the bodies are SI, the fluid is lattice units; ``PsmCoupling`` holds the scales.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import Array, lax
+
+from kernels import coupling as psm
+from kernels.rigid_body import angular_velocity
+from solver.bodies.step import BodySetup, BodyState, body_step
+from solver.distributed.halo import Halo
+from solver.fluid.collide import OPERATORS, CollisionParams, body_force_at, moments
+from solver.fluid.setup import FluidSetup
+
+TRACK_FIELDS = 9  # position (3), velocity (3), hydrodynamic force (3) per tracked body
+
+
+@jax.tree_util.register_dataclass
+@dataclass(frozen=True)
+class CoupledBodies:
+    """The bodies carried through the fluid chunk (replicated on every shard).
+
+    Attributes:
+        state: the rigid-body state at the fluid's time (SI units).
+        hydro_force: (n, 3) N, the hydrodynamic force of the last fluid step.
+        hydro_torque: (n, 3) N m, its torque about each centre of mass.
+    """
+
+    state: BodyState
+    hydro_force: Array
+    hydro_torque: Array
+
+    def replace(self, **changes) -> CoupledBodies:
+        return dataclasses.replace(self, **changes)
+
+
+@dataclass(frozen=True, eq=False)
+class PsmCoupling:
+    """Static parameters of the PSM coupling of spheres to the fluid.
+
+    Attributes:
+        bodies: the rigid-body set-up (its dt is the fluid's dt / substeps); spheres only.
+        substeps: rigid-body steps per fluid step.
+        dx: m per cell; dt: s per fluid step.
+        origin: (3,) m, node i along axis a sits at origin[a] + (i + 0.5) dx.
+        fluid_density: kg/m^3, the density lattice density 1 stands for.
+        average_force: drive the bodies by the mean force of this and the last fluid step.
+        tracked: bodies (the first ones) reported every step.
+    """
+
+    bodies: BodySetup
+    substeps: int
+    dx: float
+    dt: float
+    origin: tuple[float, ...]
+    fluid_density: float
+    average_force: bool = True
+    tracked: int = 8
+
+    @property
+    def radius_cells(self) -> np.ndarray:
+        return self.bodies.radius / self.dx
+
+    @property
+    def stencil(self) -> int:
+        return psm.stencil_size(float(self.radius_cells.max()))
+
+    def buoyancy(self) -> np.ndarray:
+        """(n, 3) N, -rho_f V g on each sphere (the fluid carries no hydrostatic pressure)."""
+        volume = 4.0 / 3.0 * np.pi * self.bodies.radius**3
+        return -self.fluid_density * volume[:, None] * np.asarray(self.bodies.gravity)[None, :]
+
+    def initial(self, state: BodyState) -> CoupledBodies:
+        """The coupled bodies at time 0: at rest in the fluid's eyes (no hydrodynamic force
+        yet), the buoyancy already in the force the first half-kick uses."""
+        buoyancy = jnp.asarray(self.buoyancy(), state.force.dtype)
+        # two arrays, not one: both are donated to the chunk
+        return CoupledBodies(
+            state=state.replace(force=state.force + buoyancy),
+            hydro_force=jnp.zeros_like(state.force),
+            hydro_torque=jnp.zeros_like(state.torque),
+        )
+
+    def bind(self, setup: FluidSetup, halo: Halo) -> Callable:
+        """collide(f, time, extra, geo) -> (f_post, extra, report) for one shard (see
+        ``solver.fluid.step.StepCoupling``); report: (tracked, 9) SI position, velocity and
+        hydrodynamic force of the tracked bodies."""
+        if not self.bodies.spheres_only:
+            raise ValueError("PSM coupling takes spheres only (clumps are not coupled yet)")
+        lat = setup.lattice
+        operator = OPERATORS[setup.collision]
+        params = CollisionParams.from_setup(setup)
+        dtype = params.dtype
+        tau = setup.tau
+        offsets = jnp.asarray(psm.stencil_offsets(self.stencil, lat.d))
+        radius = self.radius_cells
+        origin = np.asarray(self.origin)
+        velocity_scale = self.dt / self.dx
+        force_scale = self.fluid_density * self.dx**4 / self.dt**2
+        torque_scale = force_scale * self.dx
+        buoyancy = self.buoyancy()
+        tracked = min(self.tracked, self.bodies.n_bodies)
+
+        def collide(f: Sequence[Array], time: Array, extra: CoupledBodies, geo: dict):
+            bodies = extra.state.bodies
+            block = tuple(f[0].shape)
+            center = ((bodies.position - origin) / self.dx - 0.5).astype(dtype)
+            rad = jnp.asarray(radius, dtype)
+            base = psm.stencil_base(center, rad)
+            cells = base[:, None, :] + offsets[None, :, :]
+            eps = psm.sphere_fraction(center, rad, cells)
+            rel = cells.astype(dtype) - center[:, None, :]
+            v = (bodies.velocity * velocity_scale).astype(dtype)
+            w = (angular_velocity(bodies) * self.dt).astype(dtype)
+            u_solid = v[:, None, :] + jnp.cross(w[:, None, :], rel)
+            flat = psm.local_flat_index(cells, halo.origin(block), block, setup.shape)
+            cover = jnp.concatenate([eps[..., None], eps[..., None] * u_solid], axis=-1)
+            fields = psm.scatter_to_block(cover, flat, block)
+            solid = geo.get("solid_interior")
+            if solid is not None:  # the fluid's own walls take no body
+                fields = jnp.where(solid[None], 0.0, fields)
+            eps_total = fields[0]
+            covered = jnp.where(eps_total > 0, eps_total, 1.0)
+            u_cell = [fields[1 + a] / covered for a in range(lat.d)]
+            weight = psm.psm_weight(eps_total, tau)
+
+            force = body_force_at(setup, time)
+            rho, u = moments(lat, f, force, dtype)
+            fluid_post = operator(f, rho, u, force, params)
+            post, cell_force = psm.psm_blend(lat, f, fluid_post, rho, u, weight, u_cell)
+            post = tuple(p.astype(dtype) for p in post)
+
+            table = psm.gather_from_block(jnp.stack([eps_total, *cell_force]), flat)
+            share = eps / jnp.where(table[..., 0] > 0, table[..., 0], 1.0)
+            on_body = share[..., None] * table[..., 1:]
+            hydro = jnp.stack([jnp.sum(on_body, axis=1), jnp.sum(jnp.cross(rel, on_body), axis=1)])
+            hydro = halo.sum(hydro)
+            body_dtype = bodies.position.dtype
+            force_si = hydro[0].astype(body_dtype) * force_scale
+            torque_si = hydro[1].astype(body_dtype) * torque_scale
+            if self.average_force:
+                drive_force = 0.5 * (force_si + extra.hydro_force)
+                drive_torque = 0.5 * (torque_si + extra.hydro_torque)
+            else:
+                drive_force, drive_torque = force_si, torque_si
+            external = (drive_force + jnp.asarray(buoyancy, body_dtype), drive_torque)
+            body_params = self.bodies.params(body_dtype)
+
+            def substep(state: BodyState, _) -> tuple[BodyState, None]:
+                return body_step(self.bodies, state, body_params, external), None
+
+            state, _ = lax.scan(substep, extra.state, None, length=self.substeps)
+            report = jnp.concatenate(
+                [
+                    state.bodies.position[:tracked],
+                    state.bodies.velocity[:tracked],
+                    force_si[:tracked],
+                ],
+                axis=1,
+            )
+            return post, CoupledBodies(state, force_si, torque_si), report
+
+        return collide
