@@ -43,6 +43,7 @@ from solver.coupling.config import (
     CoupledCaseConfig,
     CouplingConfig,
     SettlingSphereConfig,
+    SphereArrayConfig,
     parse_coupling,
 )
 from solver.distributed.config import DomainConfig, parse_domain
@@ -108,6 +109,7 @@ __all__ = [
     "RunConfig",
     "SceneCaseConfig",
     "SettlingSphereConfig",
+    "SphereArrayConfig",
     "TaylorGreenConfig",
     "TumblingConfig",
     "from_dict",

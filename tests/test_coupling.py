@@ -161,3 +161,29 @@ def test_coupled_config_errors_name_the_key():
         compose_config(["case=cavity", "coupling=psm"])
     with pytest.raises(ConfigError, match="fluid.lattice"):
         compose_config(["case=settling_sphere", "coupling=psm"])
+
+
+def test_lubrication_matches_brenner_and_is_equal_and_opposite():
+    mu, cutoff, radius = 0.1, 1e-3, 3e-3
+    min_gap = jnp.full((2,), 1e-6)
+    radii = jnp.full((2,), radius)
+    # a sphere approaching a plane z = 0 at 0.2 m/s with a gap of 0.25 mm
+    position = jnp.array([[0.0, 0.0, radius + 2.5e-4], [0.0, 0.0, 1.0]])
+    velocity = jnp.array([[0.0, 0.0, -0.2], [0.0, 0.0, 0.0]])
+    force = psm.lubrication_planes(
+        position, velocity, radii, jnp.zeros((1, 3)), jnp.array([[0.0, 0.0, 1.0]]),
+        jnp.zeros((1, 3)), mu, cutoff, min_gap,
+    )  # fmt: skip
+    expected = 6 * math.pi * mu * radius**2 * (1 / 2.5e-4 - 1 / cutoff) * 0.2
+    assert float(force[0, 2]) == pytest.approx(expected, rel=1e-12)
+    assert np.all(np.asarray(force[1]) == 0.0), "no force beyond the cutoff"
+    # two spheres closing at 0.1 m/s with a gap of 0.1 mm: R_eff = R / 2, forces opposite
+    position = jnp.array([[0.0, 0.0, 0.0], [2 * radius + 1e-4, 0.0, 0.0]])
+    velocity = jnp.array([[0.05, 0.0, 0.0], [-0.05, 0.0, 0.0]])
+    i, j, valid = jnp.array([0, 1]), jnp.array([1, -1]), jnp.array([True, False])
+    force = np.asarray(
+        psm.lubrication_pairs(position, velocity, radii, i, j, valid, mu, cutoff, min_gap)
+    )
+    expected = 6 * math.pi * mu * (radius / 2) ** 2 * (1 / 1e-4 - 1 / cutoff) * 0.1
+    assert force[0, 0] == pytest.approx(-expected, rel=1e-12)
+    assert np.array_equal(force[1], -force[0])

@@ -26,7 +26,7 @@ from mpi import mpirun
 ROOT = Path(__file__).resolve().parent.parent
 WORKER = str(Path(__file__).resolve().parent / "distributed_worker.py")
 # max |f - f_ref| for curved walls with FMA on; measured <= 2.4e-7 after 5 float32 steps
-# (populations ~0.03-0.4, so a few ulps)
+# (populations ~0.03-0.4, so a few ulps; the tests now run 2)
 CURVED_FMA_BOUND = 2e-6
 # obstacle forces are sums whose order follows the blocks: relative rounding of a sum
 FORCE_RTOL = 1e-4
@@ -77,7 +77,9 @@ def finish(proc: subprocess.Popen, timeout: float = 1100) -> str:
 @pytest.mark.parametrize(
     ("lattice", "meshes", "expected"),
     [
-        ("D2Q9", ["2,1", "1,2", "2,2", "4,2"], 12),
+        # one split axis beside an unsplit one; both split with an interior shard along x
+        # (4 x 2: shifts between remote neighbours on both sides, corners across shards)
+        ("D2Q9", ["1,2", "4,2"], 6),
         ("D3Q19", ["2,1,2"], 3),  # edges cross shards in x-z
         ("D3Q27", ["2,2,2"], 3),  # edges and corners cross shards
     ],
@@ -106,12 +108,11 @@ ALL = ["periodic", "channel", "curved"]
 @pytest.mark.parametrize(
     ("processes", "halo", "lattice", "meshes", "scenarios"),
     [
-        (2, "mpi", "D2Q9", ["2,1", "1,2"], ALL),
+        (2, "mpi", "D2Q9", ["1,2"], ALL),
         (2, "mpi", "D3Q19", ["1,1,2"], ["channel"]),
         (4, "mpi", "D2Q9", ["2,2"], ["channel", "curved"]),
         (4, "mpi", "D3Q27", ["2,2,1"], ["periodic"]),  # x-y edges cross shards
-        (2, "xla", "D2Q9", ["1,2"], ["channel", "curved"]),
-        (4, "xla", "D2Q9", ["2,2"], ["channel"]),
+        (4, "xla", "D2Q9", ["2,2"], ["channel", "curved"]),
     ],
 )
 def test_mpi_processes(processes, halo, lattice, meshes, scenarios):

@@ -636,9 +636,11 @@ def body_step(
     state: BodyState,
     params: ContactParams,
     external: tuple[Array, Array] | None = None,
+    extra: Callable[[Bodies, ContactResult], tuple[Array, Array]] | None = None,
 ) -> BodyState:
     """One step of ``setup.dt``: velocity Verlet with contacts and gravity, plus ``external``
-    (force (n, 3) N, torque (n, 3) N m) held constant over the step (a fluid's force)."""
+    (force (n, 3) N, torque (n, 3) N m) held constant over the step (a fluid's force) and
+    ``extra(bodies, contacts)``, forces that depend on the drifted state (lubrication)."""
     results: list[ContactResult] = []
 
     def forces_fn(bodies: Bodies) -> tuple[Array, Array]:
@@ -650,6 +652,9 @@ def body_step(
         force, torque = results[-1].force, results[-1].torque
         if external is not None:
             force, torque = force + external[0], torque + external[1]
+        if extra is not None:
+            more = extra(bodies, results[-1])
+            force, torque = force + more[0], torque + more[1]
         return force, torque
 
     bodies, force, torque = rigid_body.step(

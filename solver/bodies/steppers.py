@@ -37,7 +37,8 @@ class SingleStepper:
 
     def __init__(self, setup: BodySetup, bodies: Bodies) -> None:
         self.setup = setup
-        self._state0 = initial_state(setup, bodies)
+        # jitted: eagerly, its few hundred small operations compile one by one (~7 s)
+        self._state0 = jax.jit(initial_state, static_argnums=0)(setup, bodies)
         self._chunk = jax.jit(make_body_chunk(setup), static_argnums=1)
         self.initial = jax.device_get(jax.jit(lambda s: diagnostics(setup, s))(self._state0))
         self.traffic = None
@@ -89,7 +90,7 @@ class SpatialStepper:
         except NotImplementedError as err:
             raise ConfigError("bodies.mesh", list(mesh), "null", hint=str(err)) from None
         self.setup, self._bd, self._bodies0 = setup, bd, bodies
-        reference = initial_state(setup, bodies)
+        reference = jax.jit(initial_state, static_argnums=0)(setup, bodies)
         self.initial = jax.device_get(jax.jit(lambda s: diagnostics(setup, s))(reference))
         self._grid = bd.device_mesh(self.layout)
         self._chunk = bd.compile_chunk(setup, self.layout, self._grid, setup.params())

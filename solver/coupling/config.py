@@ -13,6 +13,7 @@ from solver.bodies.config import MaterialConfig
 from solver.sections import Section
 
 COUPLING_METHODS = ("none", "psm")
+PSM_WEIGHTINGS = ("noble_torczynski", "fraction")  # kernels.coupling.WEIGHTINGS
 
 
 @dataclass(frozen=True)
@@ -27,12 +28,21 @@ class CouplingConfig:
             fluid step (removes the two-step oscillation of the force; Ladd 1994, waLBerla).
         tracked: bodies (the first ones) whose position, velocity and force are recorded every
             fluid step into bodies_track.csv.
+        weighting: PSM's weight of the solid operator in a partly covered cell.
+        lubrication: add the normal lubrication force the grid cannot resolve to gaps below
+            ``lubrication_cutoff`` cells (kernels.coupling.lubrication_coefficient).
+        lubrication_cutoff: cells (2/3: waLBerla's normal cutoff).
+        lubrication_min_gap: fraction of the sphere radius, the smallest gap it uses.
     """
 
     method: str = "none"
     substeps: int | None = None
     average_force: bool = True
     tracked: int = 8
+    weighting: str = "noble_torczynski"
+    lubrication: bool = True
+    lubrication_cutoff: float = 2.0 / 3.0
+    lubrication_min_gap: float = 0.0016
 
     @property
     def enabled(self) -> bool:
@@ -46,6 +56,10 @@ def parse_coupling(s: Section) -> CouplingConfig:
         substeps=s.integer("substeps", allow_none=True),
         average_force=s.boolean("average_force"),
         tracked=s.integer("tracked", low=0),
+        weighting=s.choice("weighting", PSM_WEIGHTINGS),
+        lubrication=s.boolean("lubrication"),
+        lubrication_cutoff=s.number("lubrication_cutoff", low=0.0, high=5.0),
+        lubrication_min_gap=s.number("lubrication_min_gap", low=0.0, high=1.0),
     )
 
 
@@ -113,8 +127,53 @@ def _settling_sphere(s: Section) -> SettlingSphereConfig:
     )
 
 
-CoupledCaseConfig = SettlingSphereConfig
+@dataclass(frozen=True)
+class SphereArrayConfig:
+    """Stokes flow through a periodic simple-cubic array of fixed spheres (Zick & Homsy 1982).
+
+    Attributes:
+        length: m, side of the periodic unit cell (one sphere at its centre).
+        concentration: solid volume fraction c = (4/3) pi a^3 / length^3, < pi/6 (touching).
+        resolution: cells per side of the unit cell.
+        viscosity: kinematic, m^2/s; density: kg/m^3.
+        reynolds: target Reynolds number 2 a U / nu of the superficial velocity U (Stokes
+            flow for << 1); the driving force is set from it.
+        tau: relaxation time of the fluid (fixes dt with the viscosity and dx).
+        duration: in viscous times length^2 / viscosity (the slowest mode decays by
+            exp(-4 pi^2) per unit).
+    """
+
+    length: float
+    concentration: float
+    resolution: int
+    viscosity: float
+    density: float
+    reynolds: float
+    tau: float
+    duration: float
+    output_every: int | None = None
+    name: str = "sphere_array"
+    dimension: int = 3
+    kind: str = "coupled"
+
+
+def _sphere_array(s: Section) -> SphereArrayConfig:
+    return SphereArrayConfig(
+        length=s.positive("length"),
+        concentration=s.number("concentration", low=0.0, high=0.5235),
+        resolution=s.integer("resolution", low=8),
+        viscosity=s.positive("viscosity"),
+        density=s.positive("density"),
+        reynolds=s.positive("reynolds"),
+        tau=s.number("tau", low=0.5, high=5.0),
+        duration=s.positive("duration"),
+        output_every=s.integer("output_every", allow_none=True),
+    )
+
+
+CoupledCaseConfig = SettlingSphereConfig | SphereArrayConfig
 
 COUPLED_CASES: dict[str, Callable[[Section], CoupledCaseConfig]] = {
     "settling_sphere": _settling_sphere,
+    "sphere_array": _sphere_array,
 }

@@ -90,7 +90,8 @@ class CoupledModel(FluidModel):
         dtype = jax.numpy.dtype(self.setup.dtype)
         start = jax.tree.map(lambda a: a.astype(dtype) if a.dtype.kind == "f" else a,
                              self.coupled.initial)  # fmt: skip
-        bodies = self.coupled.coupling.initial(initial_body_state(self.coupled.bodies, start))
+        state = jax.jit(initial_body_state, static_argnums=0)(self.coupled.bodies, start)
+        bodies = self.coupled.coupling.initial(state)
         return CoupledState(fluid=fluid, bodies=jax.tree.map(self.dist.replicate, bodies))
 
     def restored(self, view, host: dict, step: int):
@@ -110,7 +111,8 @@ class CoupledModel(FluidModel):
         outputs: dict[str, str] = {}
         if self.dist.is_root:
             bodies = self.coupled.bodies
-            mass = 1.0 / np.asarray(self.coupled.initial.inverse_mass)
+            inverse = np.asarray(self.coupled.initial.inverse_mass)
+            mass = np.divide(1.0, inverse, out=np.full(inverse.shape, np.inf), where=inverse > 0)
             self.body_writer = BodyWriter(
                 self.output_dir,
                 bodies.bounding_radius,
@@ -179,7 +181,8 @@ class CoupledModel(FluidModel):
             return summary
         track = np.concatenate(self.track) if self.track else np.zeros((0, self.tracked, 9))
         times = self.units.to_physical_time(np.arange(1, len(track) + 1))
-        summary["diagnostics"] = {**summary["diagnostics"], **coupled.diagnostics(times, track)}
+        fluid = summary["diagnostics"]
+        summary["diagnostics"] = {**fluid, **coupled.diagnostics(times, track, fluid)}
         if self.config.output.png and len(track):
             outputs = summary.setdefault("outputs", {})
             outputs["track_png"] = str(

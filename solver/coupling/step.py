@@ -70,6 +70,10 @@ class PsmCoupling:
         fluid_density: kg/m^3, the density lattice density 1 stands for.
         average_force: drive the bodies by the mean force of this and the last fluid step.
         tracked: bodies (the first ones) reported every step.
+        weighting: the PSM weight B(eps) (kernels.coupling.WEIGHTINGS).
+        viscosity: the fluid's dynamic viscosity, Pa s (for the lubrication correction).
+        lubrication_cutoff: m, gaps below it get the lubrication correction; 0: none.
+        lubrication_min_gap: m, the smallest gap the correction uses (roughness).
     """
 
     bodies: BodySetup
@@ -80,6 +84,10 @@ class PsmCoupling:
     fluid_density: float
     average_force: bool = True
     tracked: int = 8
+    weighting: str = "noble_torczynski"
+    viscosity: float = 0.0
+    lubrication_cutoff: float = 0.0
+    lubrication_min_gap: float = 0.0
 
     @property
     def radius_cells(self) -> np.ndarray:
@@ -146,7 +154,7 @@ class PsmCoupling:
             eps_total = fields[0]
             covered = jnp.where(eps_total > 0, eps_total, 1.0)
             u_cell = [fields[1 + a] / covered for a in range(lat.d)]
-            weight = psm.psm_weight(eps_total, tau)
+            weight = psm.psm_weight(eps_total, tau, self.weighting)
 
             force = body_force_at(setup, time)
             rho, u = moments(lat, f, force, dtype)
@@ -170,8 +178,10 @@ class PsmCoupling:
             external = (drive_force + jnp.asarray(buoyancy, body_dtype), drive_torque)
             body_params = self.bodies.params(body_dtype)
 
+            lubrication = self._lubrication(body_params, body_dtype)
+
             def substep(state: BodyState, _) -> tuple[BodyState, None]:
-                return body_step(self.bodies, state, body_params, external), None
+                return body_step(self.bodies, state, body_params, external, lubrication), None
 
             state, _ = lax.scan(substep, extra.state, None, length=self.substeps)
             report = jnp.concatenate(
@@ -185,3 +195,29 @@ class PsmCoupling:
             return post, CoupledBodies(state, force_si, torque_si), report
 
         return collide
+
+    def _lubrication(self, params, dtype) -> Callable | None:
+        """extra(bodies, contacts) -> (force, torque): the normal lubrication correction of
+        sphere pairs (from the fresh contact table, whose skin covers the cutoff) and of the
+        planes; None when switched off."""
+        if self.lubrication_cutoff <= 0.0:
+            return None
+        radius = jnp.asarray(self.bodies.radius, dtype)
+        min_gap = jnp.full(radius.shape, self.lubrication_min_gap, dtype)
+        mu, cutoff = self.viscosity, self.lubrication_cutoff
+        planes = self.bodies.n_planes > 0
+
+        def extra(bodies, contacts):
+            s, width = contacts.partners.shape
+            i = jnp.repeat(jnp.arange(s, dtype=jnp.int32), width, total_repeat_length=s * width)
+            j = contacts.partners.reshape(-1)
+            x, v = bodies.position, bodies.velocity
+            force = psm.lubrication_pairs(x, v, radius, i, j, j >= 0, mu, cutoff, min_gap)
+            if planes:
+                force = force + psm.lubrication_planes(
+                    x, v, radius, params.plane_point, params.plane_normal,
+                    params.plane_velocity, mu, cutoff, min_gap,
+                )  # fmt: skip
+            return force, jnp.zeros_like(force)
+
+        return extra

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from validation.cases import bodies, cavity, channels, taylor_green
+from validation.cases import bodies, cavity, channels, coupled, taylor_green
 from validation.context import Context
 from validation.report import CaseResult
 
@@ -17,6 +17,8 @@ CASES: dict[str, Callable[[Context], CaseResult]] = {
     "duct": channels.duct,
     "cavity_re100": cavity.cavity_re100,
     "cavity_re1000": cavity.cavity_re1000,
+    "settling_sphere": coupled.settling_sphere,
+    "sphere_array": coupled.sphere_array,
     # rigid bodies last: they switch JAX to 64-bit mode for the rest of the process
     "projectile": bodies.projectile,
     "bounce": bodies.bounce,

@@ -1,0 +1,194 @@
+"""Cost of bodies in the fluid: the coupled step against the fluid-only step on one grid.
+
+    python -m solver.bench coupled [--edge 128] [--counts 0,100,1000,10000] [--radius 2]
+                                   [--steps 10] [--repeats 3] [--json PATH]
+
+A periodic box of edge^3 cells, D3Q19 TRT, float32, with n spheres of ``radius`` cells at rest
+on a jittered simple-cubic lattice (no contacts, no gravity, one body step per fluid step; the
+fluid carries a small shear wave so that every sphere feels a force). Count 0 is the plain fluid
+chunk (``solver.fluid.step.make_chunk``); the others the coupled chunk
+(``make_coupled_chunk`` with ``PsmCoupling``), each jitted with the state donated as the run
+loop does, one warm-up call, then ``repeats`` timed chunks of ``steps`` steps, each right after
+one run of the memory-copy probe of ``solver.bench``. Reported per count: MLUPS (median), the
+fraction of the fluid-only MLUPS, the solid fraction, and the time the bodies add per step and
+per body (how the cost grows with n). The issue's goal: >= 70 % of the fluid-only MLUPS at 1,000
+spheres.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import statistics
+import time
+from dataclasses import asdict, dataclass
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from kernels.lattices import D3Q19
+from kernels.neighbor_search import CellGrid
+from kernels.rigid_body import Bodies
+from solver.bench.fluid import initial_fields, measure_copy
+from solver.bodies import step as body_step
+from solver.coupling.step import PsmCoupling
+from solver.fluid import step as fluid_step
+from solver.fluid.setup import FluidSetup
+
+TAU = 0.6
+
+
+@dataclass(frozen=True)
+class CoupledBenchRow:
+    spheres: int
+    radius_cells: float
+    solid_fraction: float
+    cells: int
+    steps: int
+    mlups: float
+    fraction_of_fluid: float
+    body_seconds_per_step: float
+    body_microseconds_per_sphere_step: float
+    bandwidth_gbs: float
+    roofline_mlups: float
+    compile_s: float
+
+
+def sphere_sites(count: int, edge: int, radius: float, seed: int = 0) -> np.ndarray:
+    """(count, 3) centres in cell-index coordinates: a simple-cubic lattice of count sites or
+    more, jittered by a quarter of the free space, a random subset of count sites."""
+    per_axis = math.ceil(count ** (1.0 / 3.0))
+    spacing = edge / per_axis
+    if spacing < 2.0 * radius + 1.0:
+        raise SystemExit(f"{count} spheres of radius {radius} do not fit in {edge}^3 cells")
+    rng = np.random.default_rng(seed)
+    grid = np.stack(np.meshgrid(*[np.arange(per_axis)] * 3, indexing="ij"), -1).reshape(-1, 3)
+    sites = (grid + 0.5) * spacing
+    sites = sites[rng.permutation(len(sites))[:count]]
+    free = 0.25 * (spacing - 2.0 * radius - 1.0)
+    return sites + rng.uniform(-free, free, sites.shape)
+
+
+def build(edge: int, count: int, radius: float):
+    """(setup, coupling or None, state, geometry, coupled bodies or None)."""
+    setup = FluidSetup(lattice=D3Q19, shape=(edge,) * 3, omega=1.0 / TAU, collision="trt")
+    density, velocity = initial_fields(setup)
+    state = fluid_step.initial_state(setup, density, velocity)
+    geometry = fluid_step.make_geometry(setup)
+    if count == 0:
+        return setup, None, state, geometry, None
+    ones = np.ones(count)
+    reach = 2.0 * radius + 1.0
+    grid = CellGrid.covering((-reach,) * 3, (edge + reach,) * 3, reach, 8, 8)
+    bodies_setup = body_step.BodySetup(
+        radius=radius * ones, young=1e3 * ones, poisson=0.3 * ones, restitution=0.5 * ones,
+        friction=0.3 * ones, rolling_friction=0.0 * ones, grid=grid, dt=1.0, skin=1.0,
+        gravity=(0.0, 0.0, 0.0),
+    )  # fmt: skip
+    # lattice units throughout: dx = dt = 1, fluid density 1; node i at i + 1/2 (origin 0)
+    coupling = PsmCoupling(
+        bodies=bodies_setup, substeps=1, dx=1.0, dt=1.0, origin=(0.0, 0.0, 0.0),
+        fluid_density=1.0, average_force=True, tracked=1,
+    )  # fmt: skip
+    mass = 2.0 * 4.0 / 3.0 * math.pi * radius**3
+    bodies = Bodies(
+        position=jnp.asarray(sphere_sites(count, edge, radius) + 0.5, jnp.float32),
+        orientation=jnp.tile(jnp.array([1.0, 0.0, 0.0, 0.0], jnp.float32), (count, 1)),
+        velocity=jnp.zeros((count, 3), jnp.float32),
+        angular_momentum=jnp.zeros((count, 3), jnp.float32),
+        prescribed_angular_velocity=jnp.zeros((count, 3), jnp.float32),
+        inverse_mass=jnp.full((count,), 1.0 / mass, jnp.float32),
+        inverse_inertia=jnp.full((count, 3), 1.0 / (0.4 * mass * radius**2), jnp.float32),
+        kinematic=jnp.zeros((count,), bool),
+    )
+    extra = coupling.initial(body_step.initial_state(bodies_setup, bodies))
+    return setup, coupling, state, geometry, extra
+
+
+def bench_count(edge: int, count: int, radius: float, steps: int, repeats: int, copy_run):
+    setup, coupling, state, geometry, extra = build(edge, count, radius)
+    start = time.perf_counter()
+    if coupling is None:
+        chunk = jax.jit(fluid_step.make_chunk(setup), static_argnums=2, donate_argnums=0)
+
+        def advance(carry):
+            return (chunk(carry[0], geometry, steps)[0], None)
+    else:
+        make = fluid_step.make_coupled_chunk(setup, fluid_step.SINGLE, coupling)
+        chunk = jax.jit(make, static_argnums=2, donate_argnums=(0, 3))
+
+        def advance(carry):
+            new_state, _, new_extra, _ = chunk(carry[0], geometry, steps, carry[1])
+            return (new_state, new_extra)
+
+    carry = advance((state, extra))
+    jax.block_until_ready(carry)
+    compile_s = time.perf_counter() - start
+    seconds, bandwidths = [], []
+    for _ in range(repeats):
+        bandwidths.append(copy_run())
+        t0 = time.perf_counter()
+        carry = advance(carry)
+        jax.block_until_ready(carry)
+        seconds.append(time.perf_counter() - t0)
+    if not bool(jnp.all(jnp.isfinite(carry[0].populations))):
+        raise FloatingPointError(f"{count} spheres: non-finite populations")
+    cells = setup.cells
+    bandwidth = statistics.median(bandwidths)
+    solid = count * 4.0 / 3.0 * math.pi * radius**3 / cells
+    return cells, solid, cells * steps / statistics.median(seconds) / 1e6, bandwidth, compile_s
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m solver.bench coupled", description=__doc__)
+    parser.add_argument("--edge", type=int, default=128)
+    parser.add_argument("--counts", default="0,100,1000,10000")
+    parser.add_argument("--radius", type=float, default=2.0, help="sphere radius in cells")
+    parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--json", default=None)
+    args = parser.parse_args(argv)
+    counts = [int(c) for c in args.counts.split(",")]
+    if 0 not in counts:
+        counts = [0, *counts]
+    copy_run = measure_copy("float32")
+    rows: list[CoupledBenchRow] = []
+    fluid_mlups = None
+    print(f"coupled step, D3Q19 TRT float32, {args.edge}^3 periodic, sphere radius "
+          f"{args.radius:g} cells; {os.cpu_count()} cores, JAX {jax.__version__} on "
+          f"{jax.devices()[0].device_kind}")  # fmt: skip
+    for count in sorted(counts):
+        cells, solid, mlups, bandwidth, compile_s = bench_count(
+            args.edge, count, args.radius, args.steps, args.repeats, copy_run
+        )
+        if count == 0:
+            fluid_mlups = mlups
+        body_seconds = cells / (mlups * 1e6) - cells / (fluid_mlups * 1e6)
+        row = CoupledBenchRow(
+            spheres=count,
+            radius_cells=args.radius,
+            solid_fraction=solid,
+            cells=cells,
+            steps=args.steps,
+            mlups=mlups,
+            fraction_of_fluid=mlups / fluid_mlups,
+            body_seconds_per_step=body_seconds,
+            body_microseconds_per_sphere_step=1e6 * body_seconds / count if count else 0.0,
+            bandwidth_gbs=bandwidth / 1e9,
+            roofline_mlups=bandwidth / (2 * D3Q19.q * 4) / 1e6,
+            compile_s=compile_s,
+        )
+        rows.append(row)
+        print(f"{count:>6} spheres  solid {100 * solid:5.2f} %  {mlups:7.2f} MLUPS  "
+              f"{100 * row.fraction_of_fluid:5.1f} % of fluid-only  bodies "
+              f"{1e3 * body_seconds:7.2f} ms/step ({row.body_microseconds_per_sphere_step:.2f} "
+              f"us per sphere)  roofline {row.roofline_mlups:.1f} MLUPS  compile "
+              f"{compile_s:.1f} s", flush=True)  # fmt: skip
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"host": platform.node(), "rows": [asdict(r) for r in rows]}, f, indent=1)
+    return 0

@@ -1,0 +1,164 @@
+"""Bodies moving in the fluid against experiments.
+
+settling_sphere: ten Cate, Nieuwstad, Derksen & Van den Akker 2002 (Phys. Fluids 14, 4012): a
+nylon sphere (d = 15 mm, 1120 kg/m^3) released from rest in a 100 x 100 x 160 mm box of
+silicone oil, four oils E1-E4. The check is the maximum settling velocity against the one they
+measured (their Table 2, as waLBerla's SettlingSphereInBox benchmark quotes it); the plot shows
+the whole velocity history. PSM coupling (kernels/coupling.py), D3Q19 TRT, float32.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from validation import plots
+from validation.context import Context
+from validation.report import CaseResult, Check
+
+# ten Cate et al. 2002: (fluid density kg/m^3, dynamic viscosity Pa s, max settling velocity m/s,
+# Re of the terminal velocity, duration of the run s: until the sphere has reached the floor)
+TEN_CATE = {
+    "E1": (970.0, 0.373, 0.035986, 1.5, 4.5),
+    "E2": (965.0, 0.212, 0.05718, 4.1, 3.0),
+    "E3": (962.0, 0.113, 0.087269, 11.6, 2.0),
+    "E4": (960.0, 0.058, 0.12224, 31.9, 1.5),
+}
+# The issue's goal: within 5 % of the experiment in all four (waLBerla's benchmark accepts 10 %).
+MAX_VELOCITY_TOL = 0.05
+# Cells per diameter. PSM needs about 24 for < 5 % at Re 185-365 (Rettinger & Rude 2017); at the
+# ten Cate Reynolds numbers the wake is short and 6 cells per diameter already reach the goal:
+# measured E4 -1.6 % (fast run, 0.9 s covers the maximum).
+RESOLUTION = {"full": 6, "fast": 6}
+FAST_FLUIDS = ("E4",)
+FAST_DURATION = 1.0  # s: the E4 maximum falls at 0.9-1.1 s
+
+
+def settling_sphere(ctx: Context) -> CaseResult:
+    name = "settling_sphere"
+    mode = "fast" if ctx.fast else "full"
+    resolution = RESOLUTION[mode]
+    fluids = FAST_FLUIDS if ctx.fast else tuple(TEN_CATE)
+    result = CaseResult(name)
+    result.notes.append(
+        "Sphere settling in a closed box, ten Cate et al. 2002 (Phys. Fluids 14, 4012): "
+        "d = 15 mm, 1120 kg/m^3, box 100 x 100 x 160 mm, released from rest with its lowest "
+        "point 123.75 mm above the floor (120 mm + d/4, as waLBerla's benchmark, to match the "
+        f"plotted experiment). PSM coupling, D3Q19 TRT, float32, {resolution} cells per "
+        "diameter, fluid.u_lattice 0.1 at the measured maximum velocity. Reference: the "
+        "maximum settling velocity of their Table 2."
+    )
+    histories = {}
+    for fluid in fluids:
+        rho, mu, u_max, re, duration = TEN_CATE[fluid]
+        if ctx.fast:
+            duration = FAST_DURATION
+        run = ctx.simulate(
+            name,
+            f"{fluid} D={resolution}",
+            [
+                "case=settling_sphere",
+                "fluid=d3q19",
+                "coupling=psm",
+                f"case.fluid_density={rho}",
+                f"case.viscosity={mu}",
+                f"case.velocity_scale={u_max}",
+                f"case.resolution={resolution}",
+                f"case.duration={duration}",
+            ],
+        )
+        diag = run.summary["diagnostics"]
+        measured = float(diag["max_settling_velocity_m_s"])
+        result.checks.append(
+            Check(
+                name,
+                f"{fluid} (Re {re}) max settling velocity m/s",
+                measured,
+                u_max,
+                abs(measured / u_max - 1.0),
+                MAX_VELOCITY_TOL,
+            )
+        )
+        result.notes.append(run.note())
+        histories[fluid] = _track(Path(run.summary["outputs"]["run_json"]).parent)
+    fig, (ax,) = plots.figure(1, width=6.0, height=4.0)
+    for fluid, (t, w) in histories.items():
+        line = ax.plot(t, w, lw=1.2, label=f"{fluid} PSM D={resolution}")[0]
+        ax.axhline(TEN_CATE[fluid][2], color=line.get_color(), ls=":", lw=1)
+    ax.set_xlabel("t (s)")
+    ax.set_ylabel("settling velocity (m/s)")
+    ax.set_title("ten Cate et al. 2002: dotted = measured maximum", fontsize=9)
+    ax.legend(fontsize=8)
+    path, rel = ctx.plot_path(name)
+    plots.save(fig, path)
+    result.plots.append(rel)
+    return result
+
+
+def _track(run_dir: Path) -> tuple[np.ndarray, np.ndarray]:
+    """(time s, settling velocity m/s, down positive) of body 0 from bodies_track.csv."""
+    data = np.genfromtxt(run_dir / "bodies_track.csv", delimiter=",", names=True)
+    body0 = data[data["body"] == 0]
+    return body0["time_s"], -body0["vz"]
+
+
+# --- sphere_array: Zick & Homsy 1982 ----------------------------------------------------------
+
+# Zick & Homsy 1982 (J. Fluid Mech. 115, 13), simple cubic array: solid fraction c -> drag factor
+# K = F / (6 pi mu a U), U the superficial velocity.
+ZICK_HOMSY = {0.027: 2.008, 0.064: 2.810, 0.125: 4.292, 0.216: 7.442}
+# The issue's goal at the finest grid: within 3 % (the fast run checks a looser, measured bound)
+DRAG_FACTOR_TOL = 0.03
+ARRAY_RESOLUTIONS = {"full": (24, 48), "fast": (16,)}
+ARRAY_FAST = (0.064,)
+# fast: c = 0.064 at 16 cells per side (radius 4 cells) is first-order in the radius; see
+# docs/coupling.md for the measured errors at every resolution
+ARRAY_FAST_TOL = 0.10
+
+
+def sphere_array(ctx: Context) -> CaseResult:
+    name = "sphere_array"
+    mode = "fast" if ctx.fast else "full"
+    resolutions = ARRAY_RESOLUTIONS[mode]
+    concentrations = ARRAY_FAST if ctx.fast else tuple(ZICK_HOMSY)
+    tolerance = ARRAY_FAST_TOL if ctx.fast else DRAG_FACTOR_TOL
+    result = CaseResult(name)
+    result.notes.append(
+        "Stokes flow (Re 0.05) through a periodic simple-cubic array of fixed spheres, driven "
+        "by a body force; PSM coupling, D3Q19 TRT, float32, tau 1, 0.5 viscous times L^2/nu. "
+        "Drag factor K = F / (6 pi mu a U) with U the superficial velocity, against Zick & "
+        "Homsy 1982 (J. Fluid Mech. 115, 13). Checked at the finest grid; the coarser grid "
+        "shows the convergence."
+    )
+    errors: dict[float, list[float]] = {}
+    for c in concentrations:
+        reference = ZICK_HOMSY[c]
+        for n in resolutions:
+            run = ctx.simulate(
+                name,
+                f"c={c} N={n}",
+                ["case=sphere_array", "fluid=d3q19", "coupling=psm",
+                 f"case.concentration={c}", f"case.resolution={n}"],
+            )  # fmt: skip
+            diag = run.summary["diagnostics"]
+            k = float(diag["drag_factor_k"])
+            errors.setdefault(c, []).append(k / reference - 1.0)
+            radius = float(run.summary["coupling"]["radius_cells"])
+            result.notes.append(f"{run.note()}, sphere radius {radius:.2f} cells, K = {k:.4f}")
+            if n == resolutions[-1]:
+                result.checks.append(
+                    Check(name, f"K at c={c} (N={n})", k, reference, abs(k / reference - 1.0),
+                          tolerance)
+                )  # fmt: skip
+    fig, (ax,) = plots.figure(1, width=5.0, height=3.6)
+    for c, errs in errors.items():
+        ax.plot(resolutions, [100 * e for e in errs], "o-", label=f"c = {c}")
+    ax.axhline(0.0, color="k", lw=0.8)
+    ax.set_xlabel("cells per unit-cell side")
+    ax.set_ylabel("K error vs Zick & Homsy (%)")
+    ax.legend(fontsize=8)
+    path, rel = ctx.plot_path(name)
+    plots.save(fig, path)
+    result.plots.append(rel)
+    return result
