@@ -68,8 +68,12 @@ format: $(STAMP)
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
 
-validate: $(STAMP)
+validate: $(TEST_STAMP)
 	$(BIN)/python -m validation $(ARGS)
+	$(BIN)/python -m pytest -q -m long
+
+test-long: $(TEST_STAMP)
+	$(BIN)/python -m pytest -q -m long $(PYTEST_ARGS)
 
 bench: $(STAMP)
 	$(BIN)/python -m solver.bench $(ARGS)

@@ -1,8 +1,21 @@
-"""Shared test settings: float64 available for exactness checks; CPU only (no GPU here)."""
+"""Shared test settings: float64 available for exactness checks; CPU only (no GPU here).
+
+Compiled programs are shared across the whole test session, solver subprocesses and MPI ranks
+included: JAX's persistent compilation cache in a fresh directory per session (exported, so
+every child process finds it). Most test time is compilation, and many tests compile the same
+program (a reference run and its resumed twin, every rank of an MPI job, one case in several
+tests). The cache key is the optimised program plus the compile options and devices, so a hit
+is the same executable: results are unchanged.
+"""
 
 import os
+import tempfile
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
+    os.environ["JAX_COMPILATION_CACHE_DIR"] = tempfile.mkdtemp(prefix="lbsolver-jax-cache-")
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.2")
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
 
 import jax  # noqa: E402
 

@@ -85,6 +85,7 @@ def _check_row(row: dict) -> None:
         assert row["efficiency"] == pytest.approx(1.0), name
 
 
+@pytest.mark.long  # a benchmark's rows; the scaling worker's physics is in the equality tests
 def test_fake_device_rows(scaling):
     done, payload = scaling
     assert "fake devices share" in done.stdout and "halo %" in done.stdout

@@ -218,6 +218,8 @@ def _wait_for(condition, timeout_s: float, what: str, process) -> None:
         time.sleep(0.05)
 
 
+# decomposed resume and restore also: test_decomposed_resume_on_the_same_mesh_is_bit_identical
+@pytest.mark.long
 def test_decomposed_scene_sigterm_under_mpirun_then_resume_and_restore_on_another_mesh(
     tmp_path, reference
 ):

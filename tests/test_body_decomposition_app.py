@@ -6,6 +6,7 @@ import json
 
 import h5py
 import numpy as np
+import pytest
 
 from tests.solver_cli import run_solver
 
@@ -28,6 +29,7 @@ def _final(tmp_path, name: str, extra: list[str], env: dict) -> tuple[dict, np.n
     return fields, summary
 
 
+@pytest.mark.long  # the decomposed step equals one device in test_body_decomposition.py
 def test_box_fill_on_a_mesh_equals_one_device(tmp_path):
     one, _ = _final(tmp_path, "one", [], {"XLA_FLAGS": ""})
     split, summary = _final(tmp_path, "split", ["bodies.mesh=[2,2,2]"],

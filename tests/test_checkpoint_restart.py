@@ -325,6 +325,7 @@ def test_restore_on_another_mesh_of_fake_devices(tmp_path, short_reference, save
     assert_same_fields(restored, short_reference, ["step_00000200", "step_00000300"])
 
 
+@pytest.mark.long  # restores onto other meshes run on fake devices in make test
 def test_restore_two_mpi_processes_on_four_and_on_one(tmp_path, short_reference):
     saved = tmp_path / "saved"
     args = [*SHORT, "steps=200", "domain.halo=mpi", "domain.mesh=[2,1]", f"hydra.run.dir={saved}"]
