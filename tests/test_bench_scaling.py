@@ -97,6 +97,7 @@ def test_fake_device_rows(scaling):
         _check_row(row)
 
 
+@pytest.mark.long  # the same benchmark run as test_fake_device_rows (one fixture, 57 s)
 def test_mpi_rows(scaling):
     if not MPI_AVAILABLE:
         pytest.skip("mpirun, mpi4py or mpi4jax missing: no MPI rows")
