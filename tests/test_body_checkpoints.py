@@ -20,6 +20,7 @@ from pathlib import Path
 import h5py
 import numpy as np
 import pytest
+from hooks import SignalAt
 from mpi import mpi_env, mpirun, mpirun_or_skip
 from solver_cli import ROOT, run_solver
 
@@ -68,33 +69,6 @@ def assert_close_state(ours: Path, reference: Path, relative: float) -> None:
         error = np.abs(a[key] - b[key]).max() / scale
         assert error <= relative, f"{key}: relative difference {error:.3g} > {relative}"
     assert np.array_equal(a["contact_count"], b["contact_count"]), "contact counts differ"
-
-
-class SignalAt:
-    """A chunk hook that sends this process ``signum`` once the run has reached ``step``
-    (as Slurm's scancel would): the loop stops at that chunk end with a checkpoint."""
-
-    name, unbounded = "signal_at", False
-
-    def __init__(self, step: int, signum: int = signal.SIGTERM) -> None:
-        self.step, self.signum = step, signum
-
-    def start(self, model, output_dir, first_step) -> None:
-        pass
-
-    def steps_until(self, step: int) -> int | None:
-        return None
-
-    def after_chunk(self, step: int, model, state):
-        if step == self.step:
-            os.kill(os.getpid(), self.signum)
-        return state
-
-    def summary(self) -> dict:
-        return {}
-
-    def close(self) -> None:
-        pass
 
 
 @pytest.fixture(scope="module")

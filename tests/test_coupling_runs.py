@@ -9,12 +9,12 @@ order: equal to one device to float32 round-off, not bit for bit (the bound belo
 from __future__ import annotations
 
 import json
-import signal
 from pathlib import Path
 
 import h5py
 import numpy as np
 import pytest
+from hooks import SignalAt
 from mpi import mpirun
 from solver_cli import run_solver
 
@@ -85,32 +85,6 @@ def test_two_mpi_processes_match_one(single, tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     assert json.loads((out / "run.json").read_text())["domain"]["processes"] == 2
     assert_close(out, single, SPLIT_RELATIVE)
-
-
-class SignalAt:
-    """Sends SIGTERM to this process once the run reached ``step`` (as scancel would)."""
-
-    name, unbounded = "signal_at", False
-
-    def __init__(self, step: int) -> None:
-        self.step = step
-
-    def start(self, model, output_dir, first_step) -> None:
-        pass
-
-    def steps_until(self, step: int) -> int | None:
-        return None
-
-    def after_chunk(self, step: int, model, state):
-        if step == self.step:
-            signal.raise_signal(signal.SIGTERM)
-        return state
-
-    def summary(self) -> dict:
-        return {}
-
-    def close(self) -> None:
-        pass
 
 
 def test_sigterm_checkpoint_and_resume_are_bit_identical(tmp_path):
