@@ -55,10 +55,15 @@ $(TEST_STAMP): $(STAMP) pyproject.toml | system-packages
 run: $(STAMP)
 	$(BIN)/python -m solver $(ARGS)
 
+# Two pytest-xdist workers: most test time is single-threaded XLA compilation, so two workers
+# use both cores of a CI machine. TEST_WORKERS=0 runs the suite in one process.
+TEST_WORKERS ?= 2
+PYTEST_PARALLEL := $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadgroup)
+
 test: $(TEST_STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q $(PYTEST_PARALLEL) $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
@@ -73,7 +78,7 @@ validate: $(TEST_STAMP)
 	$(BIN)/python -m pytest -q -m long
 
 test-long: $(TEST_STAMP)
-	$(BIN)/python -m pytest -q -m long $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q -m long $(PYTEST_PARALLEL) $(PYTEST_ARGS)
 
 bench: $(STAMP)
 	$(BIN)/python -m solver.bench $(ARGS)

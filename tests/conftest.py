@@ -6,6 +6,11 @@ every child process finds it). Most test time is compilation, and many tests com
 program (a reference run and its resumed twin, every rank of an MPI job, one case in several
 tests). The cache key is the optimised program plus the compile options and devices, so a hit
 is the same executable: results are unchanged.
+
+`make test` runs the suite on two pytest-xdist workers (`--dist loadgroup`). The cache directory
+is made here, in the controller, before the workers start, so they share it. The Slurm tests
+share one test cluster whose start and job queue are not safe to drive from two processes, so
+they all run on one worker (group "slurm").
 """
 
 import os
@@ -18,5 +23,12 @@ os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.2")
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
 
 import jax  # noqa: E402
+import pytest  # noqa: E402
 
 jax.config.update("jax_enable_x64", True)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.get_closest_marker("slurm") is not None:
+            item.add_marker(pytest.mark.xdist_group("slurm"))
