@@ -10,7 +10,9 @@ is the same executable: results are unchanged.
 `make test` runs the suite on two pytest-xdist workers (`--dist loadgroup`). The cache directory
 is made here, in the controller, before the workers start, so they share it. The Slurm tests
 share one test cluster whose start and job queue are not safe to drive from two processes, so
-they all run on one worker (group "slurm").
+they run on one worker (group "processes"), and so do the tests that launch MPI jobs: each
+already keeps both cores busy with 2-4 ranks, and two of them at once oversubscribe the cores
+with ranks that spin while they wait for each other.
 """
 
 import os
@@ -30,5 +32,5 @@ jax.config.update("jax_enable_x64", True)
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
-        if item.get_closest_marker("slurm") is not None:
-            item.add_marker(pytest.mark.xdist_group("slurm"))
+        if item.get_closest_marker("slurm") is not None or "mpi" in item.name.lower():
+            item.add_marker(pytest.mark.xdist_group("processes"))

@@ -346,7 +346,9 @@ def _cradle(s: Section) -> CradleConfig:
     )
 
 
-def _scene(s: Section) -> SceneCaseConfig:
+def scene_source(s: Section) -> dict:
+    """The scene keys of a case section: file, materials, bodies, generate, extra_bodies (the
+    form of ``case=scene``, also carried by the coupled cases), checked for shape only."""
     file = s.data.get("file")
     if file is not None:
         if not isinstance(file, str) or not file.strip():
@@ -367,12 +369,18 @@ def _scene(s: Section) -> SceneCaseConfig:
         raise ConfigError(s.key("generate"), generate, "null when case.file is given (one source)")
     if file is None and generate is None and not bodies:
         raise ConfigError(s.key("bodies"), [], "at least one body (or case.file / case.generate)")
+    return {
+        "file": file,
+        "materials": materials,
+        "bodies": tuple(bodies),
+        "generate": generate,
+        "extra_bodies": tuple(extra),
+    }
+
+
+def _scene(s: Section) -> SceneCaseConfig:
     return SceneCaseConfig(
-        file=file,
-        materials=materials,
-        bodies=tuple(bodies),
-        generate=generate,
-        extra_bodies=tuple(extra),
+        **scene_source(s),
         gravity=s.point("gravity", 3),
         contact_model=s.choice("contact_model", CONTACT_MODELS),
         stiffness=s.positive("stiffness"),

@@ -1,5 +1,8 @@
 """Coupled cases: a fluid case (lattice units) plus a scene of bodies (SI) moving in it.
 
+settling_sphere, dkt and sediment are closed boxes of fluid with spheres (solver.coupling.box);
+sediment takes any scene in the ``case=scene`` form (file, generate, materials, bodies).
+
 A case hands the coupled model a fluid ``Case`` (solver.fluid.cases.base), the bodies' scene
 as a ``BodySetup`` and their initial ``Bodies``, and the ``PsmCoupling`` that joins them. The
 fluid's walls are planes for the bodies' contacts; gravity acts on the bodies, and the
@@ -14,7 +17,6 @@ SettlingSphereInBox uses them): E1 0.035986, E2 0.05718, E3 0.087269, E4 0.12224
 from __future__ import annotations
 
 import math
-import warnings
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -23,14 +25,26 @@ import numpy as np
 from kernels.lattices import lattice_by_name
 from kernels.neighbor_search import CellGrid
 from kernels.rigid_body import Bodies
-from solver.bodies.cases import GRID_CAPACITY, initial_bodies, setup_from_scene
-from solver.bodies.packings import check_overlaps
+from solver.bodies.cases import GRID_CAPACITY, setup_from_scene
 from solver.bodies.scene import scene_from_dict
-from solver.bodies.step import RAYLEIGH_FRACTION, BodySetup, stable_time_step
-from solver.coupling.config import CouplingConfig, SettlingSphereConfig, SphereArrayConfig
+from solver.bodies.scene_case import scene_of
+from solver.bodies.step import BodySetup
+from solver.coupling.box import (
+    FluidBox,
+    box_grid_shape,
+    build_box,
+    check_spheres_only,
+    initial_of,
+)
+from solver.coupling.config import (
+    DktConfig,
+    SedimentConfig,
+    SettlingSphereConfig,
+    SphereArrayConfig,
+)
 from solver.coupling.step import PsmCoupling
 from solver.errors import ConfigError
-from solver.fluid.cases.base import Case, check_mach, fluid_setup, lattice_scales
+from solver.fluid.cases.base import Case, check_mach, fluid_setup
 from solver.fluid.memory import check_fits
 from solver.fluid.setup import BodyForce
 from solver.fluid.units import UnitConverter
@@ -46,7 +60,6 @@ TEN_CATE = {
     "E3": (962.0, 0.113, 0.087269),
     "E4": (960.0, 0.058, 0.12224),
 }
-SKIN_FRACTION = 0.1  # neighbour-search skin, of the smallest radius (one body step moves far less)
 
 
 @dataclass(frozen=True)
@@ -77,6 +90,10 @@ class CoupledCase:
         """Case values for run.json from the tracked bodies' history (times (k,) s, track
         (k, tracked, 9) SI position, velocity, hydrodynamic force) and the fluid case's own
         diagnostics ``fluid``."""
+        return {}
+
+    def final(self, position: np.ndarray, velocity: np.ndarray) -> dict:
+        """Case values for run.json from all bodies at the end (position, velocity (n, 3) SI)."""
         return {}
 
 
@@ -155,155 +172,52 @@ class SphereArrayCase(CoupledCase):
         return out
 
 
-def wall_planes(box: tuple[float, ...]) -> list[dict]:
-    """The six faces of [0, box] as scene planes (normals inwards)."""
-    planes = []
-    for axis in range(3):
-        for side, point in (("low", 0.0), ("high", box[axis])):
-            normal = [0.0, 0.0, 0.0]
-            normal[axis] = 1.0 if side == "low" else -1.0
-            at = [0.0, 0.0, 0.0]
-            at[axis] = point
-            planes.append({"shape": "plane", "material": "wall", "point": at, "normal": normal})
-    return planes
+def _material_of(material, density: float) -> dict:
+    return {
+        "young": material.young,
+        "poisson": material.poisson,
+        "restitution": material.restitution,
+        "friction": material.friction,
+        "density": density,
+    }
 
 
-def lubrication_settings(coupling: CouplingConfig, dx: float, radius: float) -> tuple:
-    """(cutoff m, min gap m) of the lubrication correction; (0, 0) when it is off."""
-    if not coupling.lubrication:
-        return 0.0, 0.0
-    return coupling.lubrication_cutoff * dx, coupling.lubrication_min_gap * radius
+def _box_of(c, length: float) -> FluidBox:
+    return FluidBox(
+        box=c.box,
+        fluid_density=c.fluid_density,
+        viscosity=c.viscosity,
+        length=length,
+        resolution=c.resolution,
+        velocity_scale=c.velocity_scale,
+        gravity=c.gravity,
+        duration=c.duration,
+    )
 
 
-def lubrication_step(mass: float, radius: float, viscosity: float, cutoff: float, min_gap: float):
-    """The largest body step with c(h_min) dt / m <= 1/2 (the explicit damping stays stable)."""
-    if cutoff <= 0.0:
-        return math.inf
-    c = 6.0 * math.pi * viscosity * radius**2 * (1.0 / min_gap - 1.0 / cutoff)
-    return 0.5 * mass / c if c > 0 else math.inf
-
-
-def _substeps(coupling: CouplingConfig, fluid_dt: float, stable: float) -> int:
-    """Body steps per fluid step: the fewest that keep the body step <= the stable one."""
-    needed = max(1, math.ceil(fluid_dt / stable))
-    if coupling.substeps is None:
-        return needed
-    if coupling.substeps < needed:
-        raise ConfigError(
-            "coupling.substeps",
-            coupling.substeps,
-            f">= {needed} (fluid dt {fluid_dt:.4g} s over the stable body step {stable:.4g} s)",
-            hint="or coupling.substeps=null, or a softer case.material.young",
-        )
-    return coupling.substeps
-
-
-def grid_shape(config: RunConfig) -> tuple[int, int, int]:
-    """(nx + 2, ny + 2, nz + 2): the box in cells of case.diameter / case.resolution, and one
-    solid layer on every face."""
-    c: SettlingSphereConfig = config.case
-    dx = c.diameter / c.resolution
-    counts = []
-    for axis, size in enumerate(c.box):
-        n = round(size / dx)
-        if n < 4 or abs(n * dx - size) > 1e-6 * size:
-            raise ConfigError(
-                "case.box", list(c.box),
-                f"sides that are whole numbers (>= 4) of cells of {dx:.4g} m",
-                hint=f"axis {axis}: {size / dx:.3f} cells (case.diameter / case.resolution)",
-            )  # fmt: skip
-        counts.append(n + 2)
-    return tuple(counts)
+def settling_sphere_shape(config: RunConfig) -> tuple[int, int, int]:
+    c = config.case
+    return box_grid_shape(c.box, c.diameter / c.resolution)
 
 
 def build_settling_sphere(config: RunConfig) -> SettlingSphereCase:
     c: SettlingSphereConfig = config.case
-    fluid = config.fluid
-    lattice = lattice_by_name(fluid.lattice)
-    nu = c.kinematic_viscosity
-    scales = lattice_scales(
-        fluid, c.diameter, c.resolution, c.velocity_scale, nu, c.fluid_density,
-        "case.viscosity (nu = mu / fluid_density)",
-    )  # fmt: skip
-    units = scales.units
-    dx = units.dx
-    counts = [n - 2 for n in grid_shape(config)]
     radius = 0.5 * c.diameter
-    centre = (0.5 * c.box[0], 0.5 * c.box[1], c.start_gap + radius)
     if c.start_gap + c.diameter > c.box[2] or c.diameter > min(c.box[:2]):
         raise ConfigError(
             "case.start_gap", c.start_gap,
             f"<= {c.box[2] - c.diameter:g} m (the sphere must start inside the box {list(c.box)})",
         )  # fmt: skip
-    shape = tuple(n + 2 for n in counts)  # one solid layer on every face
-    solid = np.ones(shape, dtype=bool)
-    solid[1:-1, 1:-1, 1:-1] = False
-    setup = fluid_setup(fluid, lattice, shape, scales.omega, solid=solid)
-    origin = (-dx, -dx, -dx)  # fluid node i at (i - 1/2) dx: half-way walls at 0 and box
-    default_steps = units.steps_for(c.duration)
-    fluid_case = Case(
-        name="settling_sphere",
-        setup=setup,
-        units=units,
-        density=np.ones(shape),
-        velocity=np.zeros((3,) + shape),
-        default_steps=default_steps,
-        origin=origin,
-        mach=scales.mach,
-        reynolds=c.velocity_scale * c.diameter / nu,
-    )
-
-    material = {
-        "young": c.material.young,
-        "poisson": c.material.poisson,
-        "restitution": c.material.restitution,
-        "friction": c.material.friction,
-    }
+    centre = (0.5 * c.box[0], 0.5 * c.box[1], c.start_gap + radius)
     scene = scene_from_dict(
         {
-            "materials": {
-                "sphere": {**material, "density": c.sphere_density},
-                "wall": {**material, "density": c.sphere_density},
-            },
-            "bodies": [
-                *wall_planes(c.box),
-                {"shape": "sphere", "material": "sphere", "radius": radius,
-                 "position": list(centre)},
-            ],
+            "materials": {"sphere": _material_of(c.material, c.sphere_density)},
+            "bodies": [{"shape": "sphere", "material": "sphere", "radius": radius,
+                        "position": list(centre)}],
         },
         key_prefix="case",
     )  # fmt: skip
-    check_overlaps(scene, key_prefix="case")
-    arrays, _ = scene.arrays()
-    gravity = (0.0, 0.0, -c.gravity)
-    cutoff, min_gap = lubrication_settings(config.coupling, dx, radius)
-    skin = max(SKIN_FRACTION * radius, 1.1 * cutoff)  # the pair table covers the cutoff
-
-    def setup_for(dt: float) -> BodySetup:
-        cell = 2.0 * radius + skin
-        grid = CellGrid.covering((0.0, 0.0, 0.0), c.box, cell, GRID_CAPACITY, GRID_CAPACITY)
-        return setup_from_scene(scene, grid, dt, skin, gravity)
-
-    stable = min(
-        stable_time_step(setup_for(1e-300), arrays.mass),
-        lubrication_step(float(arrays.mass.min()), radius, c.viscosity, cutoff, min_gap),
-    )
-    substeps = _substeps(config.coupling, units.dt, stable)
-    bodies = setup_for(units.dt / substeps)
-    coupling = PsmCoupling(
-        bodies=bodies,
-        substeps=substeps,
-        dx=dx,
-        dt=units.dt,
-        origin=origin,
-        fluid_density=c.fluid_density,
-        average_force=config.coupling.average_force,
-        tracked=config.coupling.tracked,
-        weighting=config.coupling.weighting,
-        viscosity=c.viscosity,
-        lubrication_cutoff=cutoff,
-        lubrication_min_gap=min_gap,
-    )
+    parts = build_box(config, "settling_sphere", _box_of(c, c.diameter), scene)
     reference = next(
         (
             u
@@ -314,33 +228,19 @@ def build_settling_sphere(config: RunConfig) -> SettlingSphereCase:
     )
     return SettlingSphereCase(
         name="settling_sphere",
-        fluid=fluid_case,
-        bodies=bodies,
-        initial=_initial_bodies(arrays),
-        coupling=coupling,
-        default_steps=default_steps,
+        fluid=parts.fluid,
+        bodies=parts.bodies,
+        initial=parts.initial,
+        coupling=parts.coupling,
+        default_steps=parts.default_steps,
         output_every=c.output_every,
         info={
+            **parts.info,
             "diameter_m": c.diameter,
             "diameter_cells": c.resolution,
-            "nu_m2_s": nu,
-            "substeps": substeps,
-            "lubrication_cutoff_m": cutoff,
-            "lubrication_min_gap_m": min_gap,
-            "body_dt_s": units.dt / substeps,
-            "stable_body_dt_s": stable,
-            "rayleigh_fraction": RAYLEIGH_FRACTION,
             "reference_max_velocity_m_s": reference,
         },
     )
-
-
-def _initial_bodies(arrays) -> Bodies:
-    """The scene's bodies; float64 where x64 is on, else the fluid's float32 (the coupled model
-    casts them to the fluid's dtype), without jax's warning about the truncation."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)
-        return initial_bodies(arrays)
 
 
 def sphere_array_shape(config: RunConfig) -> tuple[int, int, int]:
@@ -408,7 +308,7 @@ def build_sphere_array(config: RunConfig) -> SphereArrayCase:
         name="sphere_array",
         fluid=fluid_case,
         bodies=bodies,
-        initial=_initial_bodies(arrays),
+        initial=initial_of(arrays),
         coupling=coupling,
         default_steps=steps,
         output_every=c.output_every,
@@ -425,8 +325,144 @@ def build_sphere_array(config: RunConfig) -> SphereArrayCase:
     )
 
 
-BUILDERS = {"settling_sphere": build_settling_sphere, "sphere_array": build_sphere_array}
-GRID_SHAPES = {"settling_sphere": grid_shape, "sphere_array": sphere_array_shape}
+KISS_GAP = 0.05  # of the diameter: the spheres "kiss" when their gap first falls below it
+
+
+class DktCase(CoupledCase):
+    """Diagnostics: the three stages of drafting, kissing and tumbling, timed.
+
+    Drafting: the trailing sphere, in the leading one's wake, settles faster than it (the most
+    it gains, in m/s and as a ratio). Kissing: the gap between the surfaces first falls below
+    KISS_GAP diameters (the kiss time, and the smallest gap). Tumbling: after the kiss the pair
+    turns over, the trailing sphere overtaking the leading one in height (the tumble time)."""
+
+    def diagnostics(self, times: np.ndarray, track: np.ndarray, fluid: dict) -> dict:
+        if track.shape[0] == 0 or track.shape[1] < 2:
+            return {}
+        d = self.info["diameter_m"]
+        lead, trail = track[:, 0], track[:, 1]
+        gap = np.linalg.norm(trail[:, 0:3] - lead[:, 0:3], axis=1) - d
+        closest = int(np.argmin(gap))
+        out = {
+            "min_gap_over_d": float(gap[closest] / d),
+            "time_of_min_gap_s": float(times[closest]),
+        }
+        kissed = np.flatnonzero(gap < KISS_GAP * d)
+        before = slice(0, int(kissed[0]) + 1 if kissed.size else len(times))
+        gain = (-trail[before, 5]) - (-lead[before, 5])  # settling speed, trailing - leading
+        out["drafting_speed_gain_m_s"] = float(gain.max())
+        out["drafting"] = bool(gain.max() > 0.0)
+        out["kissed"] = bool(kissed.size)
+        if kissed.size:
+            out["kiss_time_s"] = float(times[kissed[0]])
+            after = np.flatnonzero((np.arange(len(times)) > kissed[0]) & (trail[:, 2] < lead[:, 2]))
+            out["tumbled"] = bool(after.size)
+            if after.size:
+                out["tumble_time_s"] = float(times[after[0]])
+        else:
+            out["tumbled"] = False
+        return out
+
+
+def dkt_shape(config: RunConfig) -> tuple[int, int, int]:
+    c = config.case
+    return box_grid_shape(c.box, c.diameter / c.resolution)
+
+
+def build_dkt(config: RunConfig) -> DktCase:
+    c: DktConfig = config.case
+    radius = 0.5 * c.diameter
+    scene = scene_from_dict(
+        {
+            "materials": {"sphere": _material_of(c.material, c.sphere_density)},
+            "bodies": [
+                {"shape": "sphere", "material": "sphere", "radius": radius,
+                 "position": list(c.leading)},
+                {"shape": "sphere", "material": "sphere", "radius": radius,
+                 "position": list(c.trailing)},
+            ],
+        },
+        key_prefix="case",
+    )  # fmt: skip
+    parts = build_box(config, "dkt", _box_of(c, c.diameter), scene)
+    return DktCase(
+        name="dkt",
+        fluid=parts.fluid,
+        bodies=parts.bodies,
+        initial=parts.initial,
+        coupling=parts.coupling,
+        default_steps=parts.default_steps,
+        output_every=c.output_every,
+        info={**parts.info, "diameter_m": c.diameter, "diameter_cells": c.resolution},
+    )
+
+
+class SedimentCase(CoupledCase):
+    """Diagnostics: how the spheres settled (all of them, at the end of the run)."""
+
+    def final(self, position: np.ndarray, velocity: np.ndarray) -> dict:
+        radius = self.bodies.radius
+        box = np.asarray(self.info["box_m"])
+        inside = np.all((position >= 0.0) & (position <= box), axis=1)
+        speed = np.linalg.norm(velocity, axis=1)
+        return {
+            "bed_height_m": float(np.max(position[:, 2] + radius)),
+            "mean_height_m": float(np.mean(position[:, 2])),
+            "lowest_height_m": float(np.min(position[:, 2] - radius)),
+            "max_speed_final_m_s": float(speed.max()),
+            "mean_speed_final_m_s": float(speed.mean()),
+            "outside_box": int(np.sum(~inside)),
+        }
+
+    def diagnostics(self, times: np.ndarray, track: np.ndarray, fluid: dict) -> dict:
+        if track.size == 0:
+            return {}
+        w = -track[:, :, 5]
+        return {"max_settling_velocity_tracked_m_s": float(w.max())}
+
+
+def _sediment_length(c: SedimentConfig) -> float:
+    """The smallest sphere diameter of the scene (m): resolution counts cells across it."""
+    scene = scene_of(c)
+    check_spheres_only(scene)
+    return 2.0 * min(b.radius for b in scene.bodies)
+
+
+def sediment_shape(config: RunConfig) -> tuple[int, int, int]:
+    c = config.case
+    return box_grid_shape(c.box, _sediment_length(c) / c.resolution)
+
+
+def build_sediment(config: RunConfig) -> SedimentCase:
+    c: SedimentConfig = config.case
+    scene = scene_of(c)
+    length = _sediment_length(c)
+    parts = build_box(config, "sediment", _box_of(c, length), scene, c.wall_material)
+    return SedimentCase(
+        name="sediment",
+        fluid=parts.fluid,
+        bodies=parts.bodies,
+        initial=parts.initial,
+        coupling=parts.coupling,
+        default_steps=parts.default_steps,
+        output_every=c.output_every,
+        info={**parts.info, "box_m": list(c.box), "source": c.file
+              or (c.generate or {}).get("kind") or "config"},
+    )  # fmt: skip
+
+
+BUILDERS = {
+    "settling_sphere": build_settling_sphere,
+    "sphere_array": build_sphere_array,
+    "dkt": build_dkt,
+    "sediment": build_sediment,
+}
+GRID_SHAPES = {
+    "settling_sphere": settling_sphere_shape,
+    "sphere_array": sphere_array_shape,
+    "dkt": dkt_shape,
+    "sediment": sediment_shape,
+}
 
 
 def build_coupled_case(config: RunConfig) -> CoupledCase:

@@ -9,7 +9,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from solver.bodies.config import MaterialConfig
+from solver.bodies.config import MaterialConfig, scene_source
+from solver.errors import ConfigError
 from solver.sections import Section
 
 COUPLING_METHODS = ("none", "psm")
@@ -171,9 +172,125 @@ def _sphere_array(s: Section) -> SphereArrayConfig:
     )
 
 
-CoupledCaseConfig = SettlingSphereConfig | SphereArrayConfig
+@dataclass(frozen=True)
+class DktConfig:
+    """Drafting, kissing and tumbling of two spheres settling in a closed box (Glowinski, Pan,
+    Hesla, Joseph & Periaux 2001, J. Comput. Phys. 169, 363, their 3D case).
+
+    Attributes:
+        box: (3,) m, inner size (walls at 0 and box, z up).
+        diameter: m, both spheres; sphere_density, fluid_density: kg/m^3; viscosity: Pa s.
+        leading, trailing: (3,) m, the centres at rest (the leading one lower).
+        resolution: cells per diameter; velocity_scale: m/s -> fluid.u_lattice.
+        gravity: m/s^2 along -z; duration: s; material: contact material (density unused).
+    """
+
+    box: tuple[float, float, float]
+    diameter: float
+    sphere_density: float
+    fluid_density: float
+    viscosity: float
+    leading: tuple[float, float, float]
+    trailing: tuple[float, float, float]
+    velocity_scale: float
+    resolution: int
+    gravity: float
+    duration: float
+    material: MaterialConfig
+    output_every: int | None = None
+    name: str = "dkt"
+    dimension: int = 3
+    kind: str = "coupled"
+
+    @property
+    def kinematic_viscosity(self) -> float:
+        return self.viscosity / self.fluid_density
+
+
+def _dkt(s: Section) -> DktConfig:
+    leading, trailing = s.point("leading", 3), s.point("trailing", 3)
+    if trailing[2] <= leading[2]:
+        raise ConfigError(
+            s.key("trailing"), list(trailing), f"a centre above case.leading (z > {leading[2]:g} m)"
+        )
+    return DktConfig(
+        box=s.point("box", 3),
+        diameter=s.positive("diameter"),
+        sphere_density=s.positive("sphere_density"),
+        fluid_density=s.positive("fluid_density"),
+        viscosity=s.positive("viscosity"),
+        leading=leading,
+        trailing=trailing,
+        velocity_scale=s.positive("velocity_scale"),
+        resolution=s.integer("resolution", low=2),
+        gravity=s.number("gravity", low=0.0, low_open=False),
+        duration=s.positive("duration"),
+        material=_material(s.sub("material")),
+        output_every=s.integer("output_every", allow_none=True),
+    )
+
+
+@dataclass(frozen=True)
+class SedimentConfig:
+    """Spheres of any scene (the ``case=scene`` keys: file, generate, materials, bodies,
+    extra_bodies) settling in a closed box of viscous fluid onto its floor.
+
+    Attributes:
+        box: (3,) m, inner size (walls at 0 and box, z up); every sphere must start inside.
+        fluid_density: kg/m^3; viscosity: Pa s.
+        resolution: cells per diameter of the smallest sphere.
+        velocity_scale: m/s, the expected fastest settling -> fluid.u_lattice.
+        gravity: m/s^2 along -z; duration: s.
+        wall_material: the scene material of the box walls (None: the first material).
+    """
+
+    file: str | None
+    materials: dict
+    bodies: tuple
+    generate: dict | None
+    extra_bodies: tuple
+    box: tuple[float, float, float]
+    fluid_density: float
+    viscosity: float
+    resolution: int
+    velocity_scale: float
+    gravity: float
+    duration: float
+    wall_material: str | None = None
+    output_every: int | None = None
+    overlap_tolerance: float = 0.0
+    name: str = "sediment"
+    dimension: int = 3
+    kind: str = "coupled"
+
+    @property
+    def kinematic_viscosity(self) -> float:
+        return self.viscosity / self.fluid_density
+
+
+def _sediment(s: Section) -> SedimentConfig:
+    wall = s.data.get("wall_material")
+    if wall is not None and not isinstance(wall, str):
+        raise ConfigError(s.key("wall_material"), wall, "null or the name of a case material")
+    return SedimentConfig(
+        **scene_source(s),
+        box=s.point("box", 3),
+        fluid_density=s.positive("fluid_density"),
+        viscosity=s.positive("viscosity"),
+        resolution=s.integer("resolution", low=2),
+        velocity_scale=s.positive("velocity_scale"),
+        gravity=s.number("gravity", low=0.0, low_open=False),
+        duration=s.positive("duration"),
+        wall_material=wall,
+        output_every=s.integer("output_every", allow_none=True),
+    )
+
+
+CoupledCaseConfig = SettlingSphereConfig | SphereArrayConfig | DktConfig | SedimentConfig
 
 COUPLED_CASES: dict[str, Callable[[Section], CoupledCaseConfig]] = {
     "settling_sphere": _settling_sphere,
     "sphere_array": _sphere_array,
+    "dkt": _dkt,
+    "sediment": _sediment,
 }

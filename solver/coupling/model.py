@@ -182,7 +182,15 @@ class CoupledModel(FluidModel):
         track = np.concatenate(self.track) if self.track else np.zeros((0, self.tracked, 9))
         times = self.units.to_physical_time(np.arange(1, len(track) + 1))
         fluid = summary["diagnostics"]
-        summary["diagnostics"] = {**fluid, **coupled.diagnostics(times, track, fluid)}
+        final = state.bodies.state.bodies
+        summary["diagnostics"] = {
+            **fluid,
+            **coupled.diagnostics(times, track, fluid),
+            **coupled.final(
+                np.asarray(_replicated(final.position), dtype=np.float64),
+                np.asarray(_replicated(final.velocity), dtype=np.float64),
+            ),
+        }
         if self.config.output.png and len(track):
             outputs = summary.setdefault("outputs", {})
             outputs["track_png"] = str(

@@ -73,6 +73,8 @@ FOOTPRINTS: dict[str, Footprint] = {
     "duct": Footprint(),
     "settling_sphere": Footprint(coupled=True),
     "sphere_array": Footprint(solid=False, coupled=True),
+    "dkt": Footprint(coupled=True),
+    "sediment": Footprint(coupled=True),
 }
 
 

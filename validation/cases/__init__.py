@@ -19,6 +19,7 @@ CASES: dict[str, Callable[[Context], CaseResult]] = {
     "cavity_re1000": cavity.cavity_re1000,
     "settling_sphere": coupled.settling_sphere,
     "sphere_array": coupled.sphere_array,
+    "dkt": coupled.dkt,
     # rigid bodies last: they switch JAX to 64-bit mode for the rest of the process
     "projectile": bodies.projectile,
     "bounce": bodies.bounce,
@@ -28,5 +29,8 @@ CASES: dict[str, Callable[[Context], CaseResult]] = {
 }
 
 BODY_CASES = ("projectile", "bounce", "incline", "cradle", "tumbling")
+# Too long for make test even in their fast variant (two resolved runs of minutes each): run by
+# `python -m validation` and `make validate` only.
+FULL_ONLY = ("dkt",)
 
-__all__ = ["BODY_CASES", "CASES"]
+__all__ = ["BODY_CASES", "CASES", "FULL_ONLY"]

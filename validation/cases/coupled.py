@@ -5,6 +5,11 @@ nylon sphere (d = 15 mm, 1120 kg/m^3) released from rest in a 100 x 100 x 160 mm
 silicone oil, four oils E1-E4. The check is the maximum settling velocity against the one they
 measured (their Table 2, as waLBerla's SettlingSphereInBox benchmark quotes it); the plot shows
 the whole velocity history. PSM coupling (kernels/coupling.py), D3Q19 TRT, float32.
+
+sphere_array: Zick & Homsy 1982, the drag of a periodic array of fixed spheres in Stokes flow.
+
+dkt: Glowinski et al. 2001, drafting, kissing and tumbling of two spheres: the three stages
+appear, and the kiss time converges between two resolutions.
 """
 
 from __future__ import annotations
@@ -180,3 +185,93 @@ def sphere_array(ctx: Context) -> CaseResult:
     plots.save(fig, path)
     result.plots.append(rel)
     return result
+
+
+# --- dkt: Glowinski et al. 2001 ---------------------------------------------------------------
+
+# Cells per sphere diameter: the coarser run and the finer one whose kiss times must agree
+DKT_RESOLUTIONS = {"full": (6, 9), "fast": (4, 6)}
+DKT_DURATION = {"full": 1.0, "fast": 1.0}
+# The issue's goal: the kiss time converged within 5 % between the two resolutions (measured
+# 0.3389 s at 6 and 0.3475 s at 9 cells per diameter: 2.5 %). The fast pair is coarser: 0.2932 s
+# at 4 cells, 13.5 % from 6; its bound still fails a run without drafting or kissing.
+KISS_TIME_TOL = {"full": 0.05, "fast": 0.2}
+
+
+def dkt(ctx: Context) -> CaseResult:
+    name = "dkt"
+    mode = "fast" if ctx.fast else "full"
+    resolutions = DKT_RESOLUTIONS[mode]
+    result = CaseResult(name)
+    result.notes.append(
+        "Drafting, kissing and tumbling of two spheres settling in a closed 1 x 1 x 4 cm box, "
+        "the 3D case of Glowinski, Pan, Hesla, Joseph & Periaux 2001 (J. Comput. Phys. 169, "
+        "363): d = 1/6 cm, 1140 kg/m^3 in 1000 kg/m^3, nu = 1e-6 m^2/s, centres at rest "
+        "(0.51, 0.5, 3.16) and (0.5, 0.5, 3.5) cm (the leading sphere 0.1 mm off the axis "
+        "seeds the tumbling instability). PSM coupling with the lubrication correction, D3Q19 "
+        "TRT, float32. Checked: the three stages appear at every resolution (drafting: the "
+        f"trailing sphere settles faster; kissing: the gap falls below 5 % of d; tumbling: "
+        f"the trailing sphere passes the leading one), and the kiss time agrees within "
+        f"{KISS_TIME_TOL[mode]:.0%} between {resolutions[0]} and {resolutions[1]} cells per "
+        "diameter."
+    )
+    runs = {}
+    for n in resolutions:
+        run = ctx.simulate(
+            name,
+            f"D={n}",
+            ["case=dkt", "fluid=d3q19", "coupling=psm", f"case.resolution={n}",
+             f"case.duration={DKT_DURATION[mode]}"],
+        )  # fmt: skip
+        diag = run.summary["diagnostics"]
+        for stage in ("drafting", "kissed", "tumbled"):
+            seen = float(bool(diag.get(stage)))
+            result.checks.append(Check(name, f"{stage} (D={n})", seen, 1.0, 1.0 - seen, 0.5))
+        note = f"{run.note()}, min gap {diag['min_gap_over_d']:.3f} d"
+        for key in ("kiss_time_s", "tumble_time_s"):
+            if key in diag:
+                note += f", {key.split('_')[0]} at {diag[key]:.4f} s"
+        result.notes.append(note)
+        diameter = float(run.summary["coupling"]["diameter_m"])
+        runs[n] = (Path(run.summary["outputs"]["run_json"]).parent, diag, diameter)
+    coarse, fine = (runs[n][1].get("kiss_time_s") for n in resolutions)
+    if coarse is not None and fine is not None:
+        change = abs(coarse / fine - 1.0)
+        result.checks.append(
+            Check(name, f"kiss time s, D={resolutions[0]} vs D={resolutions[1]}", coarse, fine,
+                  change, KISS_TIME_TOL[mode])
+        )  # fmt: skip
+    else:
+        result.checks.append(
+            Check(name, "kiss time s at both resolutions", float("nan"), 0.0, float("nan"),
+                  KISS_TIME_TOL[mode])
+        )  # fmt: skip
+    fig, (ax_z, ax_gap) = plots.figure(2, width=9.0, height=3.6)
+    for n, (run_dir, diag, diameter) in runs.items():
+        t, z, gap = _pair_track(run_dir, diameter)
+        lead = ax_z.plot(t, 100 * z[0], lw=1.2, label=f"leading D={n}")[0]
+        ax_z.plot(t, 100 * z[1], lw=1.2, ls="--", color=lead.get_color(), label=f"trailing D={n}")
+        ax_gap.plot(t, gap, lw=1.2, color=lead.get_color(), label=f"D={n}")
+        if "kiss_time_s" in diag:
+            ax_gap.axvline(diag["kiss_time_s"], color=lead.get_color(), ls=":", lw=1)
+    ax_z.set_xlabel("t (s)")
+    ax_z.set_ylabel("height of the centre (cm)")
+    ax_z.legend(fontsize=7)
+    ax_gap.set_xlabel("t (s)")
+    ax_gap.set_ylabel("gap / d")
+    ax_gap.set_ylim(bottom=0.0)
+    ax_gap.set_title("dotted: the kiss (gap < 0.05 d)", fontsize=9)
+    ax_gap.legend(fontsize=7)
+    path, rel = ctx.plot_path(name)
+    plots.save(fig, path)
+    result.plots.append(rel)
+    return result
+
+
+def _pair_track(run_dir: Path, diameter: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(time s, heights (2, k) m, gap / d (k,)) of bodies 0 and 1 from bodies_track.csv."""
+    data = np.genfromtxt(run_dir / "bodies_track.csv", delimiter=",", names=True)
+    a, b = data[data["body"] == 0], data[data["body"] == 1]
+    offset = np.stack([b[c] - a[c] for c in ("x", "y", "z")])
+    gap = (np.linalg.norm(offset, axis=0) - diameter) / diameter
+    return a["time_s"], np.stack([a["z"], b["z"]]), gap

@@ -1,0 +1,283 @@
+"""A closed box of viscous fluid with spheres in it: the set-up the coupled cases settling_sphere,
+dkt and sediment share.
+
+The box [0, box] (m, z up) is the fluid's interior, with one solid layer on every face (half-way
+bounce-back walls at 0 and box) and the same six faces as planes for the bodies' contacts. Gravity
+acts along -z on the bodies, and the buoyancy -rho_f V g with it (the fluid carries no hydrostatic
+pressure). The scene's spheres come in SI units; the lattice spacing is ``length / resolution``
+and the time step maps ``velocity_scale`` to ``fluid.u_lattice`` (solver.fluid.cases.base).
+
+Host-side NumPy and validation only: every bad scene is a one-line ConfigError before anything is
+traced (a plane or clump in the scene, a sphere outside the box or overlapping another, a grid
+that does not fit in memory).
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from kernels.lattices import lattice_by_name
+from kernels.rigid_body import Bodies
+from solver.bodies.cases import initial_bodies, setup_from_scene
+from solver.bodies.packings import check_overlaps
+from solver.bodies.scene import Scene, scene_from_dict
+from solver.bodies.scene_case import grid_for_scene
+from solver.bodies.step import RAYLEIGH_FRACTION, BodySetup, stable_time_step
+from solver.coupling.config import CouplingConfig
+from solver.coupling.step import PsmCoupling
+from solver.errors import ConfigError
+from solver.fluid.cases.base import Case, fluid_setup, lattice_scales
+
+if TYPE_CHECKING:
+    from solver.config import RunConfig
+
+SKIN_FRACTION = 0.1  # neighbour-search skin, of the smallest radius (one body step moves far less)
+
+
+@dataclass(frozen=True)
+class FluidBox:
+    """The fluid of a box case.
+
+    Attributes:
+        box: (3,) m, inner size.
+        fluid_density: kg/m^3; viscosity: dynamic, Pa s.
+        length: m, resolved by ``resolution`` cells (dx = length / resolution).
+        velocity_scale: m/s, mapped to fluid.u_lattice.
+        gravity: m/s^2 along -z.
+        duration: s.
+    """
+
+    box: tuple[float, float, float]
+    fluid_density: float
+    viscosity: float
+    length: float
+    resolution: int
+    velocity_scale: float
+    gravity: float
+    duration: float
+
+    @property
+    def dx(self) -> float:
+        return self.length / self.resolution
+
+    @property
+    def kinematic_viscosity(self) -> float:
+        return self.viscosity / self.fluid_density
+
+
+def box_grid_shape(box: tuple[float, ...], dx: float) -> tuple[int, int, int]:
+    """(nx + 2, ny + 2, nz + 2): the box in cells of dx, and one solid layer on every face;
+    ConfigError naming case.box when a side is not a whole number (>= 4) of cells."""
+    counts = []
+    for axis, size in enumerate(box):
+        n = round(size / dx)
+        if n < 4 or abs(n * dx - size) > 1e-6 * size:
+            raise ConfigError(
+                "case.box", list(box),
+                f"sides that are whole numbers (>= 4) of cells of {dx:.4g} m",
+                hint=f"axis {axis}: {size / dx:.3f} cells (the case's length / case.resolution)",
+            )  # fmt: skip
+        counts.append(n + 2)
+    return tuple(counts)
+
+
+def wall_planes(box: tuple[float, ...], material: str = "wall") -> list[dict]:
+    """The six faces of [0, box] as scene planes (normals inwards)."""
+    planes = []
+    for axis in range(3):
+        for side, point in (("low", 0.0), ("high", box[axis])):
+            normal = [0.0, 0.0, 0.0]
+            normal[axis] = 1.0 if side == "low" else -1.0
+            at = [0.0, 0.0, 0.0]
+            at[axis] = point
+            planes.append({"shape": "plane", "material": material, "point": at, "normal": normal})
+    return planes
+
+
+def _material_dict(m) -> dict:
+    return {
+        "young": m.young,
+        "poisson": m.poisson,
+        "density": m.density,
+        "restitution": m.restitution,
+        "friction": m.friction,
+        "rolling_friction": m.rolling_friction,
+    }
+
+
+def check_spheres_only(scene: Scene) -> None:
+    """ConfigError naming the first body that is not a sphere."""
+    for i, body in enumerate(scene.bodies):
+        if body.shape != "sphere":
+            raise ConfigError(
+                f"case.bodies[{i}].shape", body.shape,
+                "sphere (in a fluid box the walls are the planes, and PSM couples spheres only)",
+            )  # fmt: skip
+    if not scene.bodies:
+        raise ConfigError("case.bodies", [], "at least one sphere")
+
+
+def with_walls(scene: Scene, box: tuple[float, ...], wall_material: str | None) -> Scene:
+    """The scene's spheres plus the box's six walls (material ``wall_material``, or the first
+    material). ConfigError for a plane or a clump in the scene (the walls are the planes; PSM
+    couples spheres) and for a sphere not wholly inside the box."""
+    check_spheres_only(scene)
+    for i, body in enumerate(scene.bodies):
+        low, high = body.position - body.radius, body.position + body.radius
+        if np.any(low < 0.0) or np.any(high > np.asarray(box)):
+            raise ConfigError(
+                f"case.bodies[{i}].position", [float(p) for p in body.position],
+                f"a centre at least its radius {body.radius:g} m inside the box [0, {list(box)}] m",
+            )  # fmt: skip
+    if not scene.materials:
+        raise ConfigError("case.materials", {}, "at least one material")
+    name = wall_material if wall_material is not None else next(iter(scene.materials))
+    if name not in scene.materials:
+        raise ConfigError(
+            "case.wall_material", name, "a name of case.materials: " + ", ".join(scene.materials)
+        )
+    materials = {key: _material_dict(m) for key, m in scene.materials.items()}
+    walls = scene_from_dict(
+        {"materials": materials, "bodies": wall_planes(box, name)}, key_prefix="case"
+    )
+    return Scene(scene.materials, [*walls.bodies, *scene.bodies])
+
+
+def lubrication_settings(coupling: CouplingConfig, dx: float, radius: float) -> tuple:
+    """(cutoff m, min gap m) of the lubrication correction; (0, 0) when it is off."""
+    if not coupling.lubrication:
+        return 0.0, 0.0
+    return coupling.lubrication_cutoff * dx, coupling.lubrication_min_gap * radius
+
+
+def lubrication_step(mass: float, radius: float, viscosity: float, cutoff: float, min_gap: float):
+    """The largest body step with c(h_min) dt / m <= 1/2 (the explicit damping stays stable)."""
+    if cutoff <= 0.0:
+        return math.inf
+    c = 6.0 * math.pi * viscosity * radius**2 * (1.0 / min_gap - 1.0 / cutoff)
+    return 0.5 * mass / c if c > 0 else math.inf
+
+
+def substeps_for(coupling: CouplingConfig, fluid_dt: float, stable: float) -> int:
+    """Body steps per fluid step: the fewest that keep the body step <= the stable one."""
+    needed = max(1, math.ceil(fluid_dt / stable))
+    if coupling.substeps is None:
+        return needed
+    if coupling.substeps < needed:
+        raise ConfigError(
+            "coupling.substeps",
+            coupling.substeps,
+            f">= {needed} (fluid dt {fluid_dt:.4g} s over the stable body step {stable:.4g} s)",
+            hint="or coupling.substeps=null, or a softer case.material.young",
+        )
+    return coupling.substeps
+
+
+def initial_of(arrays) -> Bodies:
+    """The scene's bodies; float64 where x64 is on, else the fluid's float32 (the coupled model
+    casts them to the fluid's dtype), without jax's warning about the truncation."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        return initial_bodies(arrays)
+
+
+@dataclass(frozen=True)
+class BoxParts:
+    """What a box case hands its CoupledCase: the fluid part, the bodies, the coupling."""
+
+    fluid: Case
+    bodies: BodySetup
+    initial: Bodies
+    coupling: PsmCoupling
+    default_steps: int
+    info: dict
+
+
+def build_box(
+    config: RunConfig,
+    name: str,
+    fb: FluidBox,
+    scene: Scene,
+    wall_material: str | None = None,
+    overlap_tolerance: float = 0.0,
+) -> BoxParts:
+    """The fluid box, the scene's spheres in it, and the PSM coupling that joins them."""
+    fluid = config.fluid
+    lattice = lattice_by_name(fluid.lattice)
+    nu = fb.kinematic_viscosity
+    scales = lattice_scales(
+        fluid, fb.length, fb.resolution, fb.velocity_scale, nu, fb.fluid_density,
+        "case.viscosity (nu = mu / fluid_density)",
+    )  # fmt: skip
+    units = scales.units
+    dx = units.dx
+    shape = box_grid_shape(fb.box, dx)
+    full = with_walls(scene, fb.box, wall_material)
+    check_overlaps(full, tolerance=overlap_tolerance, key_prefix="case")
+    arrays, _ = full.arrays()
+    radius = arrays.member_radius
+    solid = np.ones(shape, dtype=bool)
+    solid[1:-1, 1:-1, 1:-1] = False
+    setup = fluid_setup(fluid, lattice, shape, scales.omega, solid=solid)
+    origin = (-dx, -dx, -dx)  # fluid node i at (i - 1/2) dx: half-way walls at 0 and box
+    default_steps = units.steps_for(fb.duration)
+    fluid_case = Case(
+        name=name,
+        setup=setup,
+        units=units,
+        density=np.ones(shape),
+        velocity=np.zeros((3,) + shape),
+        default_steps=default_steps,
+        origin=origin,
+        mach=scales.mach,
+        reynolds=fb.velocity_scale * fb.length / nu,
+    )
+    gravity = (0.0, 0.0, -fb.gravity)
+    r_min, r_max = float(radius.min()), float(radius.max())
+    cutoff, min_gap = lubrication_settings(config.coupling, dx, r_min)
+    skin = max(SKIN_FRACTION * r_min, 1.1 * cutoff)  # the pair table covers the cutoff
+    lower, upper = np.zeros(3), np.asarray(fb.box, dtype=float)
+
+    def setup_for(dt: float) -> BodySetup:
+        grid = grid_for_scene(lower, upper, radius, skin)
+        return setup_from_scene(full, grid, dt, skin, gravity)
+
+    mass = arrays.mass
+    stable = min(
+        stable_time_step(setup_for(1e-300), mass),
+        lubrication_step(float(mass.min()), r_max, fb.viscosity, cutoff, min_gap),
+    )
+    substeps = substeps_for(config.coupling, units.dt, stable)
+    bodies = setup_for(units.dt / substeps)
+    coupling = PsmCoupling(
+        bodies=bodies,
+        substeps=substeps,
+        dx=dx,
+        dt=units.dt,
+        origin=origin,
+        fluid_density=fb.fluid_density,
+        average_force=config.coupling.average_force,
+        tracked=config.coupling.tracked,
+        weighting=config.coupling.weighting,
+        viscosity=fb.viscosity,
+        lubrication_cutoff=cutoff,
+        lubrication_min_gap=min_gap,
+    )
+    info = {
+        "spheres": int(radius.size),
+        "diameter_cells_min": 2.0 * r_min / dx,
+        "nu_m2_s": nu,
+        "substeps": substeps,
+        "lubrication_cutoff_m": cutoff,
+        "lubrication_min_gap_m": min_gap,
+        "body_dt_s": units.dt / substeps,
+        "stable_body_dt_s": stable,
+        "rayleigh_fraction": RAYLEIGH_FRACTION,
+        "solid_fraction": float(np.sum(4.0 / 3.0 * np.pi * radius**3) / np.prod(fb.box)),
+    }
+    return BoxParts(fluid_case, bodies, initial_of(arrays), coupling, default_steps, info)
