@@ -170,7 +170,7 @@ def from_dict(data: dict) -> RunConfig:
         if "coupling" in data
         else CouplingConfig()
     )
-    _check_coupling(name, case, coupling)
+    _check_coupling(name, case, coupling, fluid.dimension)
     return RunConfig(
         case=case,
         fluid=fluid,
@@ -186,43 +186,66 @@ def from_dict(data: dict) -> RunConfig:
         seed=root.integer("seed", low=0),
         resolved=data,
         bodies=bodies,
-        twin=_twin(data.get("twin"), case, bodies),
+        twin=_twin(data.get("twin"), case, bodies, coupling),
         coupling=coupling,
     )
 
 
-def _check_coupling(name: str, case: Any, coupling: CouplingConfig) -> None:
-    """A case with bodies in the fluid needs a coupling method, and only such a case takes one."""
-    coupled = getattr(case, "kind", "fluid") == "coupled"
+def _check_coupling(name: str, case: Any, coupling: CouplingConfig, dimension: int) -> None:
+    """A case with bodies in the fluid needs a coupling method, and only such a case takes one:
+    a coupled case, or a fluid case with bodies in ``coupling.scene`` (3D lattices only)."""
+    kind = getattr(case, "kind", "fluid")
+    coupled = kind == "coupled"
+    scene = coupling.scene is not None
     if coupled and not coupling.enabled:
         raise ConfigError(
             "coupling.method", coupling.method, f"psm for case {name} (bodies in the fluid)",
             hint="add coupling=psm",
         )  # fmt: skip
-    if coupling.enabled and not coupled:
+    if scene and kind != "fluid":
+        raise ConfigError(
+            "coupling.scene", "bodies",
+            f"empty for case {name} (it places its own bodies; coupling.scene is for fluid cases)",
+        )  # fmt: skip
+    if scene and not coupling.enabled:
+        raise ConfigError(
+            "coupling.method", coupling.method, "psm when coupling.scene has bodies",
+            hint="add coupling=psm",
+        )  # fmt: skip
+    if scene and dimension != 3:
+        raise ConfigError(
+            "fluid.lattice", f"{dimension}D", "a 3D lattice for bodies in the fluid",
+            hint="use fluid=d3q19 with a 3D case (duct, taylor_green)",
+        )  # fmt: skip
+    if coupling.enabled and not coupled and not scene:
         raise ConfigError(
             "coupling.method", coupling.method, f"none for case {name} (no bodies in the fluid)",
-            hint=f"coupled cases: {', '.join(COUPLED_CASES)}",
+            hint=f"coupled cases: {', '.join(COUPLED_CASES)}; or bodies in coupling.scene",
         )  # fmt: skip
 
 
-def _twin(data: Any, case: Any, bodies: BodiesConfig | None = None) -> TwinConfig | None:
+def _twin(
+    data: Any, case: Any, bodies: BodiesConfig | None = None, coupling: CouplingConfig | None = None
+) -> TwinConfig | None:
     """The twin section (solver.twin.config); None when absent or ``mode: none``."""
     twin = parse_twin(data)
     if not twin.enabled:
         return None
-    if getattr(case, "kind", "fluid") == "coupled":
-        raise ConfigError("twin.mode", twin.mode, "none for a coupled case (not yet)")
-    if getattr(case, "kind", "fluid") != "fluid":
-        # a rigid-body case: kinematic bodies follow body_pose sensors (solver.twin.bodies)
+    in_fluid = getattr(case, "kind", "fluid") == "coupled" or (
+        coupling is not None and coupling.scene is not None
+    )
+    if getattr(case, "kind", "fluid") != "fluid" or in_fluid:
+        # a rigid-body case, or bodies in the fluid: kinematic bodies follow body_pose sensors
+        # (solver.twin.bodies)
+        what = "bodies in the fluid" if in_fluid else "a rigid-body case"
         if twin.enkf.enabled or twin.forecast.enabled:
             key = "twin.enkf.enabled" if twin.enkf.enabled else "twin.forecast.enabled"
-            raise ConfigError(key, True, "false for a rigid-body case")
+            raise ConfigError(key, True, f"false for {what}")
         if bodies is not None and bodies.ensemble.size > 1:
             raise ConfigError("twin.mode", twin.mode, "none with bodies.ensemble.size > 1")
         if not any(s.kind == "body_pose" for s in twin.sensors.values()):
             raise ConfigError("twin.sensors", sorted(twin.sensors),
-                              "a body_pose sensor for a rigid-body case")  # fmt: skip
+                              f"a body_pose sensor for {what}")  # fmt: skip
     return twin
 
 

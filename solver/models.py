@@ -12,8 +12,10 @@ from solver.model import Model
 def build_model(config, runtime: Runtime, output_dir: Path, unbounded: bool = False) -> Model:
     """The model of a validated config: a fluid case, a rigid-body scene (one device or split
     over ``bodies.mesh``), a rigid-body ensemble, or bodies moving in the fluid (coupled)."""
+    from solver.coupling.config import has_bodies_in_fluid
+
     kind = getattr(config.case, "kind", "fluid")
-    if kind == "coupled":
+    if has_bodies_in_fluid(config):
         from solver.coupling.model import CoupledModel
 
         return CoupledModel(config, runtime, output_dir, unbounded=unbounded)

@@ -13,17 +13,9 @@ import pytest
 from solver.api import compose_config
 from solver.coupling.cases import build_coupled_case
 from solver.errors import ConfigError
-from solver.run import simulate
+from solver.twin.run import run_twin
 
 SEDIMENT = ["case=sediment", "fluid=d3q19", "coupling=psm"]
-# a 12 x 12 x 18 mm box at 4 cells per 2 mm bead: 26 x 26 x 38 nodes
-SMALL_SEDIMENT = [
-    *SEDIMENT, "case.box=[0.012,0.012,0.018]", "case.resolution=4",
-    "case.generate.n=12", "case.generate.box_lower=[0.0015,0.0015,0.008]",
-    "case.generate.box_upper=[0.0105,0.0105,0.0165]", "case.generate.radius=0.001",
-    "case.materials.glass.young=1.0e+6", "steps=40", "chunk=20", "output.every=20",
-    "output.png=false", "checkpoint=none",
-]  # fmt: skip
 
 
 def _inline(bodies: str) -> list[str]:
@@ -99,19 +91,6 @@ def test_dkt_stages_are_found_in_a_track_that_has_them():
     assert not out["kissed"] and not out["tumbled"] and out["min_gap_over_d"] > 1.9
 
 
-def test_sediment_settles_every_sphere_inside_the_box(tmp_path):
-    outcome = simulate(compose_config(SMALL_SEDIMENT), tmp_path, interactive=False)
-    summary = outcome.summary
-    assert summary["status"] == "completed"
-    assert summary["coupling"]["bodies"] == 12 and summary["coupling"]["source"] == "random_spheres"
-    diag = summary["diagnostics"]
-    assert diag["outside_box"] == 0
-    assert diag["max_settling_velocity_tracked_m_s"] > 0.0  # they started to fall
-    assert diag["lowest_height_m"] > 0.0 and diag["bed_height_m"] <= 0.018
-    track = np.genfromtxt(tmp_path / "bodies_track.csv", delimiter=",", skip_header=1)
-    assert np.all(np.isfinite(track))
-
-
 def test_the_example_scene_file_goes_into_the_fluid_box():
     config = compose_config([*SEDIMENT, "case.generate=null", "case.file=data/scenes/beads.yaml"])
     case = build_coupled_case(config)
@@ -119,3 +98,70 @@ def test_the_example_scene_file_goes_into_the_fluid_box():
     # resolution counts cells across the smallest bead (2 mm): 6 cells of 1/3 mm
     assert case.info["diameter_cells_min"] == pytest.approx(6.0)
     assert case.fluid.setup.shape == (62, 62, 122)
+
+
+# A glass sphere in a 10 mm square duct of water-like fluid driven along x (periodic in x):
+# 6 x 14 x 14 nodes at 12 cells across the side; the sphere spans 3.6 cells.
+DUCT = [
+    "case=duct", "fluid=d3q19", "coupling=psm", "case.side=0.01", "case.length=0.005",
+    "case.u_max=0.02", "case.viscosity=1.0e-5", "case.density=1000", "case.resolution=12",
+]  # fmt: skip
+
+
+def _duct_sphere(z: float) -> str:
+    return f"coupling.scene.bodies=[{sphere(0.0025, 0.005, z, r=0.0015)}]"
+
+
+def test_bodies_in_a_fluid_case_are_checked_against_its_walls():
+    case = build_coupled_case(compose_config([*DUCT, _duct_sphere(0.005)]))
+    assert case.name == "duct" and case.bodies.n_bodies == 1
+    assert case.info["wall_planes"] == 4  # y and z walls; x is periodic
+    assert case.info["domain_lower_m"] == [0.0, 0.0, 0.0]
+    assert case.info["domain_upper_m"] == pytest.approx([0.005, 0.01, 0.01])
+    with pytest.raises(ConfigError, match=r"coupling.scene.bodies\[0\].position"):
+        build_coupled_case(compose_config([*DUCT, _duct_sphere(0.009)]))  # through the wall
+    with pytest.raises(ConfigError, match="fluid.lattice"):  # 2D: no bodies in the fluid
+        compose_config(["case=cavity", "coupling=psm", _duct_sphere(0.005)])
+    with pytest.raises(ConfigError, match="coupling.scene"):  # a coupled case has its own
+        compose_config(["case=dkt", "fluid=d3q19", "coupling=psm", _duct_sphere(0.005)])
+    with pytest.raises(ConfigError, match="coupling.method"):
+        compose_config([*DUCT[:2], "coupling=none", _duct_sphere(0.005)])
+
+
+PUSH = -0.005  # m/s of the recorded kinematic sphere: upstream, against the duct flow
+
+
+def test_a_kinematic_sphere_follows_its_pose_sensor_through_the_duct_flow(tmp_path):
+    """Bodies in a fluid case, moved by the body twin: a kinematic sphere (r 1.5 mm), driven
+    by a replayed pose sensor, is pushed upstream against the duct flow; a free, slightly
+    heavy sphere (1050 kg/m^3) above it sinks. The pushed sphere keeps the recorded velocity,
+    the fluid pushes back on it (downstream), and the duct keeps its own diagnostics."""
+    dt = 0.01 / 12 * 0.1 / 0.02  # dx * u_lattice / u_max
+    recording = tmp_path / "poses.csv"
+    lines = ["time,sensor,value,units"]
+    for k in range(1, 7):
+        t = 6 * dt * k
+        lines.append(f'{t:.6f},pusher,{0.0035 + PUSH * t:.6f};0.005;0.003;1;0;0;0,"m,1"')
+    recording.write_text("\n".join(lines) + "\n")
+    pusher = sphere(0.0035, 0.005, 0.003, r=0.0015).replace("}", ",kinematic:true}")
+    free = sphere(0.0025, 0.005, 0.0075, r=0.001).replace("glass", "light")
+    config = compose_config(
+        [*DUCT, f"coupling.scene.bodies=[{pusher},{free}]",
+         "+coupling.scene.materials.light={young: 1.0e+6, poisson: 0.25, density: 1050.0, "
+         "restitution: 0.5, friction: 0.3}",
+         "twin=replay", "twin.sensors=[{id: pusher, kind: body_pose, body: 0, units: 'm,1'}]",
+         f"twin.every={6 * dt}", f"twin.recording={recording}", "steps=48", "chunk=6",
+         "output.every=24", "output.png=false", "checkpoint=none"]
+    )  # fmt: skip
+    summary = run_twin(config, tmp_path / "run", interactive=False).summary
+    assert summary["status"] == "completed" and summary["coupling"]["bodies"] == 2
+    assert summary["twin"]["pose_updates"] == 6
+    diag = summary["diagnostics"]
+    assert "velocity_l2_error" in diag  # the duct's own diagnostics stay
+    assert diag["outside_domain"] == 0
+    track = np.genfromtxt(tmp_path / "run" / "bodies_track.csv", delimiter=",", names=True)
+    pushed, sinking = track[track["body"] == 0], track[track["body"] == 1]
+    assert pushed["vx"][-1] == pytest.approx(PUSH, rel=1e-5)
+    assert pushed["fx"][-1] > 0.0, "the fluid pushes back on the sphere moving upstream"
+    assert sinking["vz"][-1] < 0.0, "the heavier sphere sinks"
+    assert np.all(np.isfinite(track["fx"]))

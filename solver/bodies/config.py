@@ -366,9 +366,13 @@ def scene_source(s: Section) -> dict:
     if generate is not None and not isinstance(generate, dict):
         raise ConfigError(s.key("generate"), generate, "null or {kind: ..., parameters}")
     if file is not None and generate is not None:
-        raise ConfigError(s.key("generate"), generate, "null when case.file is given (one source)")
+        raise ConfigError(
+            s.key("generate"), generate, f"null when {s.key('file')} is given (one source)"
+        )
     if file is None and generate is None and not bodies:
-        raise ConfigError(s.key("bodies"), [], "at least one body (or case.file / case.generate)")
+        raise ConfigError(
+            s.key("bodies"), [], f"at least one body (or {s.key('file')} / {s.key('generate')})"
+        )
     return {
         "file": file,
         "materials": materials,

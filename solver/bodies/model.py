@@ -131,6 +131,13 @@ class BodyModel:
         self.frames = {k: list(np.asarray(host[f"frame.{k}"])) for k in FRAMES}
         return self.stepper.from_view(unflatten_leaves(view, self._template), host)
 
+    def pose_frames(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(kinematic (n,), the scene's orientations (n, 4), the state's (n, 4)): the body
+        twin's frames (solver.twin.bodies)."""
+        given, _ = self.case.scene.arrays()
+        bodies = self.case.bodies
+        return np.asarray(bodies.kinematic), given.orientation, np.asarray(bodies.orientation)
+
     def bodies(self, state):
         """The bodies on the host, in body order (the twin reads and moves them)."""
         return self.stepper.snapshot(state)[0]

@@ -120,24 +120,26 @@ def build_scene_case(case: SceneCaseConfig):
     )
 
 
-def scene_of(case: SceneCaseConfig) -> Scene:
-    """The scene of the config: from the file, the generator or the inline bodies."""
+def scene_of(case: SceneCaseConfig, prefix: str = "case") -> Scene:
+    """The scene of the config: from the file, the generator or the inline bodies. ``case`` is
+    any section with the scene keys (file, generate, materials, bodies, extra_bodies), whose
+    errors name ``<prefix>.<key>``."""
     if case.file is None and case.generate is None:
         return scene_from_dict(
-            {"materials": case.materials, "bodies": list(case.bodies)}, key_prefix="case"
+            {"materials": case.materials, "bodies": list(case.bodies)}, key_prefix=prefix
         )
     if case.file is not None:
         base = load_scene(case.file)
     else:
-        base = _generated(case.generate, _materials(case))
+        base = _generated(case.generate, _materials(case, prefix), prefix)
     if not case.extra_bodies:
         return base
     # the file's materials win on equal names; the config's are added for the extra bodies
-    materials = {name: _material_dict(m) for name, m in base.materials.items()}
+    materials = {name: material_dict(m) for name, m in base.materials.items()}
     for name, values in case.materials.items():
         materials.setdefault(str(name), values)
     extra = scene_from_dict(
-        {"materials": materials, "bodies": list(case.extra_bodies)}, key_prefix="case.extra"
+        {"materials": materials, "bodies": list(case.extra_bodies)}, key_prefix=f"{prefix}.extra"
     )
     return Scene(extra.materials, list(base.bodies) + list(extra.bodies))
 
@@ -178,13 +180,14 @@ def bodies_outside(grid: CellGrid, positions: np.ndarray) -> np.ndarray:
     return np.flatnonzero(~inside)
 
 
-def _materials(case: SceneCaseConfig) -> dict:
+def _materials(case: SceneCaseConfig, prefix: str = "case") -> dict:
     if not case.materials:
         return {}
-    return scene_from_dict({"materials": case.materials, "bodies": []}, key_prefix="case").materials
+    return scene_from_dict({"materials": case.materials, "bodies": []}, key_prefix=prefix).materials
 
 
-def _material_dict(m) -> dict:
+def material_dict(m) -> dict:
+    """A material (scene Material or MaterialConfig) in the scene's mapping form."""
     return {
         "young": m.young,
         "poisson": m.poisson,
@@ -196,17 +199,16 @@ def _material_dict(m) -> dict:
 
 
 class _Keys:
-    """Typed reads of case.generate; every error names ``case.generate.<key>``."""
+    """Typed reads of a generate section; every error names ``<prefix>.<key>``."""
 
-    def __init__(self, data: dict, allowed: tuple[str, ...]) -> None:
-        self.data = data
+    def __init__(self, data: dict, allowed: tuple[str, ...], prefix: str = "case.generate") -> None:
+        self.data, self.prefix = data, prefix
         extra = sorted(str(k) for k in data if k not in allowed)
         if extra:
             raise ConfigError(self.key(extra[0]), data[extra[0]], "keys " + ", ".join(allowed))
 
-    @staticmethod
-    def key(name: str) -> str:
-        return f"case.generate.{name}"
+    def key(self, name: str) -> str:
+        return f"{self.prefix}.{name}"
 
     def get(self, name: str, default: Any = None) -> Any:
         if name not in self.data and default is None:
@@ -233,20 +235,22 @@ class _Keys:
         return [float(v) for v in value]
 
 
-def _generated(data: dict, materials: dict) -> Scene:
+def _generated(data: dict, materials: dict, prefix: str = "case") -> Scene:
+    section = f"{prefix}.generate"
     kind = data.get("kind")
     if kind not in GENERATORS:
-        raise ConfigError("case.generate.kind", kind, "one of " + " | ".join(GENERATORS))
+        raise ConfigError(f"{section}.kind", kind, "one of " + " | ".join(GENERATORS))
     name = data.get("material")
     if name not in materials:
         raise ConfigError(
-            "case.generate.material", name, "a name of case.materials: " + ", ".join(materials)
+            f"{section}.material", name, f"a name of {prefix}.materials: " + ", ".join(materials)
         )
     material = materials[name]
     if kind == "random_spheres":
         k = _Keys(
             data,
             ("kind", "material", "n", "radius", "box_lower", "box_upper", "seed", "max_attempts"),
+            section,
         )
         raw = k.get("radius")
         radius = (
@@ -262,7 +266,7 @@ def _generated(data: dict, materials: dict) -> Scene:
             material,
             seed=k.integer("seed", 0, default=0),
             max_attempts=k.integer("max_attempts", 1, default=1000),
-            key_prefix="case.generate",
+            key_prefix=section,
         )
     k = _Keys(
         data,
@@ -276,6 +280,7 @@ def _generated(data: dict, materials: dict) -> Scene:
             "seed",
             "origin",
         ),
+        section,
     )
     counts = k.get("counts")
     if not (
@@ -311,5 +316,5 @@ def _generated(data: dict, materials: dict) -> Scene:
         orientation_jitter=jitter,
         seed=k.integer("seed", 0, default=0),
         origin=k.numbers("origin", 3, default=[0.0, 0.0, 0.0]),
-        key_prefix="case.generate",
+        key_prefix=section,
     )

@@ -26,7 +26,7 @@ from kernels.rigid_body import Bodies
 from solver.bodies.cases import initial_bodies, setup_from_scene
 from solver.bodies.packings import check_overlaps
 from solver.bodies.scene import Scene, scene_from_dict
-from solver.bodies.scene_case import grid_for_scene
+from solver.bodies.scene_case import grid_for_scene, material_dict
 from solver.bodies.step import RAYLEIGH_FRACTION, BodySetup, stable_time_step
 from solver.coupling.config import CouplingConfig
 from solver.coupling.step import PsmCoupling
@@ -86,8 +86,8 @@ def box_grid_shape(box: tuple[float, ...], dx: float) -> tuple[int, int, int]:
     return tuple(counts)
 
 
-def wall_planes(box: tuple[float, ...], material: str = "wall") -> list[dict]:
-    """The six faces of [0, box] as scene planes (normals inwards)."""
+def wall_planes(box: tuple[float, ...]) -> list[dict]:
+    """The six faces of [0, box] as scene planes (normals inwards, no material yet)."""
     planes = []
     for axis in range(3):
         for side, point in (("low", 0.0), ("high", box[axis])):
@@ -95,57 +95,66 @@ def wall_planes(box: tuple[float, ...], material: str = "wall") -> list[dict]:
             normal[axis] = 1.0 if side == "low" else -1.0
             at = [0.0, 0.0, 0.0]
             at[axis] = point
-            planes.append({"shape": "plane", "material": material, "point": at, "normal": normal})
+            planes.append({"shape": "plane", "point": at, "normal": normal})
     return planes
 
 
-def _material_dict(m) -> dict:
-    return {
-        "young": m.young,
-        "poisson": m.poisson,
-        "density": m.density,
-        "restitution": m.restitution,
-        "friction": m.friction,
-        "rolling_friction": m.rolling_friction,
-    }
-
-
-def check_spheres_only(scene: Scene) -> None:
+def check_spheres_only(scene: Scene, prefix: str = "case") -> None:
     """ConfigError naming the first body that is not a sphere."""
     for i, body in enumerate(scene.bodies):
         if body.shape != "sphere":
             raise ConfigError(
-                f"case.bodies[{i}].shape", body.shape,
-                "sphere (in a fluid box the walls are the planes, and PSM couples spheres only)",
+                f"{prefix}.bodies[{i}].shape", body.shape,
+                "sphere (in the fluid its walls are the planes, and PSM couples spheres only)",
             )  # fmt: skip
     if not scene.bodies:
-        raise ConfigError("case.bodies", [], "at least one sphere")
+        raise ConfigError(f"{prefix}.bodies", [], "at least one sphere")
 
 
-def with_walls(scene: Scene, box: tuple[float, ...], wall_material: str | None) -> Scene:
-    """The scene's spheres plus the box's six walls (material ``wall_material``, or the first
-    material). ConfigError for a plane or a clump in the scene (the walls are the planes; PSM
-    couples spheres) and for a sphere not wholly inside the box."""
-    check_spheres_only(scene)
+def with_planes(
+    scene: Scene,
+    planes: list[dict],
+    lower: np.ndarray,
+    upper: np.ndarray,
+    wall_material: str | None,
+    prefix: str = "case",
+) -> Scene:
+    """The scene's spheres plus ``planes`` (scene mappings without a material: they get
+    ``wall_material``, or the scene's first material). ConfigError for a plane or a clump in
+    the scene and for a sphere not wholly inside [lower, upper] (m)."""
+    check_spheres_only(scene, prefix)
     for i, body in enumerate(scene.bodies):
         low, high = body.position - body.radius, body.position + body.radius
-        if np.any(low < 0.0) or np.any(high > np.asarray(box)):
+        if np.any(low < lower) or np.any(high > upper):
             raise ConfigError(
-                f"case.bodies[{i}].position", [float(p) for p in body.position],
-                f"a centre at least its radius {body.radius:g} m inside the box [0, {list(box)}] m",
+                f"{prefix}.bodies[{i}].position", [float(p) for p in body.position],
+                f"a centre at least its radius {body.radius:g} m inside the fluid "
+                f"[{_fmt(lower)}, {_fmt(upper)}] m",
             )  # fmt: skip
     if not scene.materials:
-        raise ConfigError("case.materials", {}, "at least one material")
+        raise ConfigError(f"{prefix}.materials", {}, "at least one material")
     name = wall_material if wall_material is not None else next(iter(scene.materials))
     if name not in scene.materials:
         raise ConfigError(
-            "case.wall_material", name, "a name of case.materials: " + ", ".join(scene.materials)
-        )
-    materials = {key: _material_dict(m) for key, m in scene.materials.items()}
+            f"{prefix}.wall_material", name,
+            f"a name of {prefix}.materials: " + ", ".join(scene.materials),
+        )  # fmt: skip
+    materials = {key: material_dict(m) for key, m in scene.materials.items()}
     walls = scene_from_dict(
-        {"materials": materials, "bodies": wall_planes(box, name)}, key_prefix="case"
+        {"materials": materials, "bodies": [{**p, "material": name} for p in planes]},
+        key_prefix=prefix,
     )
     return Scene(scene.materials, [*walls.bodies, *scene.bodies])
+
+
+def _fmt(v: np.ndarray) -> str:
+    return "[" + ", ".join(f"{x:.4g}" for x in v) + "]"
+
+
+def with_walls(scene: Scene, box: tuple[float, ...], wall_material: str | None) -> Scene:
+    """The scene's spheres plus the box's six walls (see ``with_planes``)."""
+    upper = np.asarray(box, dtype=float)
+    return with_planes(scene, wall_planes(box), np.zeros(3), upper, wall_material)
 
 
 def lubrication_settings(coupling: CouplingConfig, dx: float, radius: float) -> tuple:
@@ -196,6 +205,21 @@ class BoxParts:
     coupling: PsmCoupling
     default_steps: int
     info: dict
+    given_orientation: np.ndarray  # (n, 4) the scene's orientations (the twin's pose frame)
+
+    def case(self, cls, name: str, output_every: int | None, **info):
+        """The CoupledCase subclass ``cls`` of these parts, with ``info`` added to theirs."""
+        return cls(
+            name=name,
+            fluid=self.fluid,
+            bodies=self.bodies,
+            initial=self.initial,
+            coupling=self.coupling,
+            default_steps=self.default_steps,
+            given_orientation=self.given_orientation,
+            output_every=output_every,
+            info={**self.info, **info},
+        )
 
 
 def build_box(
@@ -218,39 +242,62 @@ def build_box(
     dx = units.dx
     shape = box_grid_shape(fb.box, dx)
     full = with_walls(scene, fb.box, wall_material)
-    check_overlaps(full, tolerance=overlap_tolerance, key_prefix="case")
-    arrays, _ = full.arrays()
-    radius = arrays.member_radius
     solid = np.ones(shape, dtype=bool)
     solid[1:-1, 1:-1, 1:-1] = False
     setup = fluid_setup(fluid, lattice, shape, scales.omega, solid=solid)
-    origin = (-dx, -dx, -dx)  # fluid node i at (i - 1/2) dx: half-way walls at 0 and box
-    default_steps = units.steps_for(fb.duration)
     fluid_case = Case(
         name=name,
         setup=setup,
         units=units,
         density=np.ones(shape),
         velocity=np.zeros((3,) + shape),
-        default_steps=default_steps,
-        origin=origin,
+        default_steps=units.steps_for(fb.duration),
+        origin=(-dx, -dx, -dx),  # fluid node i at (i - 1/2) dx: half-way walls at 0 and box
         mach=scales.mach,
         reynolds=fb.velocity_scale * fb.length / nu,
     )
-    gravity = (0.0, 0.0, -fb.gravity)
+    return couple(
+        config, fluid_case, full, (0.0, 0.0, -fb.gravity), fb.viscosity,
+        np.zeros(3), np.asarray(fb.box, dtype=float), overlap_tolerance,
+    )  # fmt: skip
+
+
+def couple(
+    config: RunConfig,
+    fluid_case: Case,
+    scene: Scene,
+    gravity: tuple[float, float, float],
+    viscosity: float,
+    lower: np.ndarray,
+    upper: np.ndarray,
+    overlap_tolerance: float = 0.0,
+    prefix: str = "case",
+) -> BoxParts:
+    """The bodies of ``scene`` (spheres and the planes of the fluid's walls, SI) coupled to
+    ``fluid_case`` by PSM: the body set-up on a cell grid over [lower, upper] (m), the body
+    step from the contact's and the lubrication's stable steps, the coupling's scales.
+
+    Args:
+        gravity: (3,) m/s^2 on the bodies (with the buoyancy of the fluid they displace).
+        viscosity: the fluid's dynamic viscosity, Pa s (the lubrication correction).
+    """
+    units = fluid_case.units
+    dx = units.dx
+    check_overlaps(scene, tolerance=overlap_tolerance, key_prefix=prefix)
+    arrays, _ = scene.arrays()
+    radius = arrays.member_radius
     r_min, r_max = float(radius.min()), float(radius.max())
     cutoff, min_gap = lubrication_settings(config.coupling, dx, r_min)
     skin = max(SKIN_FRACTION * r_min, 1.1 * cutoff)  # the pair table covers the cutoff
-    lower, upper = np.zeros(3), np.asarray(fb.box, dtype=float)
 
     def setup_for(dt: float) -> BodySetup:
         grid = grid_for_scene(lower, upper, radius, skin)
-        return setup_from_scene(full, grid, dt, skin, gravity)
+        return setup_from_scene(scene, grid, dt, skin, gravity)
 
     mass = arrays.mass
     stable = min(
         stable_time_step(setup_for(1e-300), mass),
-        lubrication_step(float(mass.min()), r_max, fb.viscosity, cutoff, min_gap),
+        lubrication_step(float(mass.min()), r_max, viscosity, cutoff, min_gap),
     )
     substeps = substeps_for(config.coupling, units.dt, stable)
     bodies = setup_for(units.dt / substeps)
@@ -259,25 +306,30 @@ def build_box(
         substeps=substeps,
         dx=dx,
         dt=units.dt,
-        origin=origin,
-        fluid_density=fb.fluid_density,
+        origin=tuple(fluid_case.origin),
+        fluid_density=units.rho0,
         average_force=config.coupling.average_force,
         tracked=config.coupling.tracked,
         weighting=config.coupling.weighting,
-        viscosity=fb.viscosity,
+        viscosity=viscosity,
         lubrication_cutoff=cutoff,
         lubrication_min_gap=min_gap,
     )
     info = {
         "spheres": int(radius.size),
         "diameter_cells_min": 2.0 * r_min / dx,
-        "nu_m2_s": nu,
+        "nu_m2_s": viscosity / units.rho0,
         "substeps": substeps,
         "lubrication_cutoff_m": cutoff,
         "lubrication_min_gap_m": min_gap,
         "body_dt_s": units.dt / substeps,
         "stable_body_dt_s": stable,
         "rayleigh_fraction": RAYLEIGH_FRACTION,
-        "solid_fraction": float(np.sum(4.0 / 3.0 * np.pi * radius**3) / np.prod(fb.box)),
+        "solid_fraction": float(np.sum(4.0 / 3.0 * np.pi * radius**3) / np.prod(upper - lower)),
+        "domain_lower_m": [float(v) for v in lower],
+        "domain_upper_m": [float(v) for v in upper],
     }
-    return BoxParts(fluid_case, bodies, initial_of(arrays), coupling, default_steps, info)
+    initial = initial_of(arrays)
+    return BoxParts(
+        fluid_case, bodies, initial, coupling, fluid_case.default_steps, info, arrays.orientation
+    )

@@ -17,18 +17,15 @@ SettlingSphereInBox uses them): E1 0.035986, E2 0.05718, E3 0.087269, E4 0.12224
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from kernels.lattices import lattice_by_name
 from kernels.neighbor_search import CellGrid
-from kernels.rigid_body import Bodies
 from solver.bodies.cases import GRID_CAPACITY, setup_from_scene
 from solver.bodies.scene import scene_from_dict
 from solver.bodies.scene_case import scene_of
-from solver.bodies.step import BodySetup
 from solver.coupling.box import (
     FluidBox,
     box_grid_shape,
@@ -36,6 +33,7 @@ from solver.coupling.box import (
     check_spheres_only,
     initial_of,
 )
+from solver.coupling.case import CoupledCase, SceneCase, scene_source_name
 from solver.coupling.config import (
     DktConfig,
     SedimentConfig,
@@ -60,41 +58,6 @@ TEN_CATE = {
     "E3": (962.0, 0.113, 0.087269),
     "E4": (960.0, 0.058, 0.12224),
 }
-
-
-@dataclass(frozen=True)
-class CoupledCase:
-    """A built coupled case.
-
-    Attributes:
-        name: case name.
-        fluid: the fluid part (set-up, units, initial fields, origin, Re, Mach).
-        bodies: the rigid-body set-up (dt = fluid dt / substeps).
-        initial: the bodies at time 0 (float64).
-        coupling: the static coupling parameters.
-        default_steps: fluid steps when the config gives none.
-        output_every: fluid steps between outputs, or None.
-        info: scalars for run.json.
-    """
-
-    name: str
-    fluid: Case
-    bodies: BodySetup
-    initial: Bodies = field(repr=False)
-    coupling: PsmCoupling = field(repr=False)
-    default_steps: int = 1
-    output_every: int | None = None
-    info: dict = field(default_factory=dict)
-
-    def diagnostics(self, times: np.ndarray, track: np.ndarray, fluid: dict) -> dict:
-        """Case values for run.json from the tracked bodies' history (times (k,) s, track
-        (k, tracked, 9) SI position, velocity, hydrodynamic force) and the fluid case's own
-        diagnostics ``fluid``."""
-        return {}
-
-    def final(self, position: np.ndarray, velocity: np.ndarray) -> dict:
-        """Case values for run.json from all bodies at the end (position, velocity (n, 3) SI)."""
-        return {}
 
 
 class SettlingSphereCase(CoupledCase):
@@ -226,21 +189,10 @@ def build_settling_sphere(config: RunConfig) -> SettlingSphereCase:
         ),
         None,
     )
-    return SettlingSphereCase(
-        name="settling_sphere",
-        fluid=parts.fluid,
-        bodies=parts.bodies,
-        initial=parts.initial,
-        coupling=parts.coupling,
-        default_steps=parts.default_steps,
-        output_every=c.output_every,
-        info={
-            **parts.info,
-            "diameter_m": c.diameter,
-            "diameter_cells": c.resolution,
-            "reference_max_velocity_m_s": reference,
-        },
-    )
+    return parts.case(
+        SettlingSphereCase, "settling_sphere", c.output_every,
+        diameter_m=c.diameter, diameter_cells=c.resolution, reference_max_velocity_m_s=reference,
+    )  # fmt: skip
 
 
 def sphere_array_shape(config: RunConfig) -> tuple[int, int, int]:
@@ -385,40 +337,13 @@ def build_dkt(config: RunConfig) -> DktCase:
         key_prefix="case",
     )  # fmt: skip
     parts = build_box(config, "dkt", _box_of(c, c.diameter), scene)
-    return DktCase(
-        name="dkt",
-        fluid=parts.fluid,
-        bodies=parts.bodies,
-        initial=parts.initial,
-        coupling=parts.coupling,
-        default_steps=parts.default_steps,
-        output_every=c.output_every,
-        info={**parts.info, "diameter_m": c.diameter, "diameter_cells": c.resolution},
+    return parts.case(
+        DktCase, "dkt", c.output_every, diameter_m=c.diameter, diameter_cells=c.resolution
     )
 
 
-class SedimentCase(CoupledCase):
-    """Diagnostics: how the spheres settled (all of them, at the end of the run)."""
-
-    def final(self, position: np.ndarray, velocity: np.ndarray) -> dict:
-        radius = self.bodies.radius
-        box = np.asarray(self.info["box_m"])
-        inside = np.all((position >= 0.0) & (position <= box), axis=1)
-        speed = np.linalg.norm(velocity, axis=1)
-        return {
-            "bed_height_m": float(np.max(position[:, 2] + radius)),
-            "mean_height_m": float(np.mean(position[:, 2])),
-            "lowest_height_m": float(np.min(position[:, 2] - radius)),
-            "max_speed_final_m_s": float(speed.max()),
-            "mean_speed_final_m_s": float(speed.mean()),
-            "outside_box": int(np.sum(~inside)),
-        }
-
-    def diagnostics(self, times: np.ndarray, track: np.ndarray, fluid: dict) -> dict:
-        if track.size == 0:
-            return {}
-        w = -track[:, :, 5]
-        return {"max_settling_velocity_tracked_m_s": float(w.max())}
+class SedimentCase(SceneCase):
+    """Spheres settling onto the floor of a closed box."""
 
 
 def _sediment_length(c: SedimentConfig) -> float:
@@ -438,17 +363,7 @@ def build_sediment(config: RunConfig) -> SedimentCase:
     scene = scene_of(c)
     length = _sediment_length(c)
     parts = build_box(config, "sediment", _box_of(c, length), scene, c.wall_material)
-    return SedimentCase(
-        name="sediment",
-        fluid=parts.fluid,
-        bodies=parts.bodies,
-        initial=parts.initial,
-        coupling=parts.coupling,
-        default_steps=parts.default_steps,
-        output_every=c.output_every,
-        info={**parts.info, "box_m": list(c.box), "source": c.file
-              or (c.generate or {}).get("kind") or "config"},
-    )  # fmt: skip
+    return parts.case(SedimentCase, "sediment", c.output_every, source=scene_source_name(c))
 
 
 BUILDERS = {
@@ -466,7 +381,12 @@ GRID_SHAPES = {
 
 
 def build_coupled_case(config: RunConfig) -> CoupledCase:
-    """Build the configured coupled case; ConfigError for values the physics rejects and for a
-    grid that cannot fit in the memory available (checked before any array is allocated)."""
+    """Build the configured coupled case, or the fluid case with the bodies of
+    ``coupling.scene``; ConfigError for values the physics rejects and for a grid that cannot
+    fit in the memory available (checked before any array is allocated)."""
+    if getattr(config.case, "kind", "fluid") == "fluid":
+        from solver.coupling.in_fluid import build_scene_in_fluid
+
+        return build_scene_in_fluid(config)
     check_fits(config, GRID_SHAPES[config.case.name])
     return BUILDERS[config.case.name](config)

@@ -18,6 +18,38 @@ PSM_WEIGHTINGS = ("noble_torczynski", "fraction")  # kernels.coupling.WEIGHTINGS
 
 
 @dataclass(frozen=True)
+class FluidSceneConfig:
+    """Bodies added to a fluid case (``coupling.scene``): the scene keys of ``case=scene``
+    (file, materials, bodies, generate, extra_bodies), the gravity on them and the material of
+    the fluid's walls as contact planes (None: the first material)."""
+
+    file: str | None
+    materials: dict
+    bodies: tuple
+    generate: dict | None
+    extra_bodies: tuple
+    gravity: tuple[float, float, float] = (0.0, 0.0, -9.81)
+    wall_material: str | None = None
+
+
+def parse_fluid_scene(s: Section) -> FluidSceneConfig | None:
+    """The ``coupling.scene`` section; None when it names no bodies (no file, no generator, no
+    bodies listed)."""
+    data = s.data
+    if data.get("file") is None and data.get("generate") is None and not data.get("bodies"):
+        if data.get("extra_bodies"):
+            raise ConfigError(
+                s.key("extra_bodies"), data["extra_bodies"],
+                f"empty without {s.key('file')} or {s.key('generate')} (use {s.key('bodies')})",
+            )  # fmt: skip
+        return None
+    wall = data.get("wall_material")
+    if wall is not None and not isinstance(wall, str):
+        raise ConfigError(s.key("wall_material"), wall, "null or the name of a material")
+    return FluidSceneConfig(**scene_source(s), gravity=s.point("gravity", 3), wall_material=wall)
+
+
+@dataclass(frozen=True)
 class CouplingConfig:
     """How bodies and fluid exchange momentum.
 
@@ -34,6 +66,7 @@ class CouplingConfig:
             ``lubrication_cutoff`` cells (kernels.coupling.lubrication_coefficient).
         lubrication_cutoff: cells (2/3: waLBerla's normal cutoff).
         lubrication_min_gap: fraction of the sphere radius, the smallest gap it uses.
+        scene: bodies added to a fluid case (the coupled cases carry their own); None: none.
     """
 
     method: str = "none"
@@ -44,6 +77,7 @@ class CouplingConfig:
     lubrication: bool = True
     lubrication_cutoff: float = 2.0 / 3.0
     lubrication_min_gap: float = 0.0016
+    scene: FluidSceneConfig | None = None
 
     @property
     def enabled(self) -> bool:
@@ -61,6 +95,7 @@ def parse_coupling(s: Section) -> CouplingConfig:
         lubrication=s.boolean("lubrication"),
         lubrication_cutoff=s.number("lubrication_cutoff", low=0.0, high=5.0),
         lubrication_min_gap=s.number("lubrication_min_gap", low=0.0, high=1.0),
+        scene=parse_fluid_scene(s.sub("scene")) if s.data.get("scene") is not None else None,
     )
 
 
@@ -294,3 +329,9 @@ COUPLED_CASES: dict[str, Callable[[Section], CoupledCaseConfig]] = {
     "dkt": _dkt,
     "sediment": _sediment,
 }
+
+
+def has_bodies_in_fluid(config) -> bool:
+    """Whether a run config moves bodies in the fluid: a coupled case, or a fluid case with
+    bodies in ``coupling.scene``."""
+    return getattr(config.case, "kind", "fluid") == "coupled" or config.coupling.scene is not None

@@ -22,7 +22,8 @@ from jax import Array
 
 from kernels.rigid_body import angular_velocity
 from solver.bodies.step import initial_state as initial_body_state
-from solver.coupling.cases import CoupledCase, build_coupled_case
+from solver.coupling.case import CoupledCase
+from solver.coupling.cases import build_coupled_case
 from solver.coupling.output import TrackLog, plot_track, save_slice_png
 from solver.coupling.step import TRACK_FIELDS, CoupledBodies
 from solver.distributed.runtime import Runtime
@@ -104,6 +105,25 @@ class CoupledModel(FluidModel):
         if self.track:
             host["track"] = np.concatenate(self.track).reshape(-1, self.tracked * TRACK_FIELDS)
         return host, meta
+
+    # ------------------------------------------------------------------ the body twin
+
+    def pose_frames(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(kinematic (n,), the scene's orientations (n, 4), the state's (n, 4)): the body
+        twin's frames (solver.twin.bodies)."""
+        initial = self.coupled.initial
+        state = np.asarray(initial.orientation)
+        given = self.coupled.given_orientation
+        return np.asarray(initial.kinematic), state if given is None else given, state
+
+    def bodies(self, state: CoupledState):
+        """The bodies on the host, in body order (the twin reads and moves them)."""
+        return jax.tree.map(lambda a: np.asarray(_replicated(a)), state.bodies.state.bodies)
+
+    def with_bodies(self, state: CoupledState, bodies) -> CoupledState:
+        """Continue from ``bodies`` (the twin moves kinematic bodies between chunks)."""
+        body_state = state.bodies.state.replace(bodies=jax.tree.map(self.dist.replicate, bodies))
+        return state.replace(bodies=state.bodies.replace(state=body_state))
 
     # ------------------------------------------------------------------ outputs
 

@@ -154,7 +154,9 @@ class BodyTwin:
 
 class BodyTwinHook:
     """The body twin as a chunk hook of the run loop (``solver.model.ChunkHook``): kinematic
-    bodies of a rigid-body model follow their ``body_pose`` sensors between chunks."""
+    bodies of a rigid-body or coupled model follow their ``body_pose`` sensors between chunks.
+    The model gives ``pose_frames()`` (kinematic flags (n,), the scene's orientations (n, 4),
+    the state's (n, 4)), ``bodies(state)`` and ``with_bodies(state, bodies)``."""
 
     name = "twin"
     unbounded = False
@@ -164,10 +166,9 @@ class BodyTwinHook:
         self.twin: BodyTwin | None = None
 
     def start(self, model, output_dir: Path, first_step: int) -> None:
-        case = model.case
-        given, _ = case.scene.arrays()
-        self.twin = BodyTwin(self.config, np.asarray(case.bodies.kinematic), given.orientation,
-                             np.asarray(case.bodies.orientation), model.dt, output_dir)  # fmt: skip
+        kinematic, given, state_orientation = model.pose_frames()
+        self.twin = BodyTwin(self.config, kinematic, given, state_orientation, model.dt,
+                             output_dir)  # fmt: skip
 
     def steps_until(self, step: int) -> int | None:
         return self.twin.steps_until(step)

@@ -30,11 +30,18 @@ log = logging.getLogger("solver.twin")
 def run_twin(config: RunConfig, output_dir: Path, interactive: bool | None = None) -> Outcome:
     """Run a case with ``config.twin``; returns the assimilated run's outcome.
 
-    A rigid-body case runs with the body twin as its chunk hook (kinematic bodies follow their
-    ``body_pose`` sensors); a fluid case assimilates (nudging, inflow, EnKF) as below.
+    A rigid-body case, and bodies in the fluid, run with the body twin as their chunk hook
+    (kinematic bodies follow their ``body_pose`` sensors); a fluid case assimilates (nudging,
+    inflow, EnKF) as below.
     """
     twin = config.twin
     output_dir = Path(output_dir)
+    from solver.coupling.config import has_bodies_in_fluid
+
+    if has_bodies_in_fluid(config):  # kinematic bodies in the fluid follow their pose sensors
+        from solver.twin.bodies import BodyTwinHook
+
+        return simulate(config, output_dir, interactive, hook=BodyTwinHook(twin))
     if getattr(config.case, "kind", "fluid") == "bodies":
         from solver.twin.bodies import BodyTwinHook
 

@@ -1,0 +1,110 @@
+"""Bodies in a fluid case: the scene of ``coupling.scene`` added to duct, taylor_green, ... .
+
+The fluid case is built as it would be alone (its units, walls, forcing, inlets and its own
+diagnostics); the scene's spheres (SI, in the case's coordinates: node i at origin + (i + 1/2) dx)
+move in it by PSM. Contact planes: each face of the grid whose outer node layer is solid
+throughout (a wall of the case) is a plane half-way between that layer and the first fluid
+node, as the fluid's half-way bounce-back sees it; faces without such a layer (periodic, open)
+have no plane, and a sphere that leaves through them is counted in run.json
+(``outside_domain``) and crosses a periodic face in the fluid's eyes (its cover wraps), while its
+contacts stay within the domain.
+
+Refused before anything is traced (one-line ConfigError naming ``coupling.scene.<key>``): a
+plane or clump in the scene, a sphere not wholly inside the fluid's walls, a sphere over a
+solid node of the case (an obstacle), overlapping spheres, an unknown wall material.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from solver.bodies.scene_case import scene_of
+from solver.coupling.box import couple, with_planes
+from solver.coupling.case import SceneCase, scene_source_name
+from solver.errors import ConfigError
+from solver.fluid.cases import build_case
+from solver.fluid.cases.base import Case
+
+if TYPE_CHECKING:
+    from solver.config import RunConfig
+
+PREFIX = "coupling.scene"
+
+
+def wall_faces(case: Case) -> tuple[list[dict], np.ndarray, np.ndarray]:
+    """(planes, lower, upper): the case's wall faces as scene planes (normals inwards, no
+    material) and the fluid's extent (m): between the walls, or the grid's edge on a face
+    without a wall."""
+    solid = case.setup.solid
+    dx = case.units.dx
+    shape = case.setup.shape
+    origin = np.asarray(case.origin, dtype=float)
+    lower = origin.copy()
+    upper = origin + np.asarray(shape) * dx
+    planes = []
+    for axis, n in enumerate(shape):
+        for side, layer in (("low", 0), ("high", n - 1)):
+            if solid is None or not np.take(solid, layer, axis=axis).all():
+                continue
+            normal = [0.0, 0.0, 0.0]
+            point = [0.0, 0.0, 0.0]
+            if side == "low":
+                normal[axis], point[axis] = 1.0, origin[axis] + dx
+                lower[axis] = origin[axis] + dx
+            else:
+                normal[axis], point[axis] = -1.0, origin[axis] + (n - 1) * dx
+                upper[axis] = origin[axis] + (n - 1) * dx
+            planes.append({"shape": "plane", "point": point, "normal": normal})
+    return planes, lower, upper
+
+
+def check_clear_of_solid(case: Case, centres: np.ndarray, radii: np.ndarray) -> None:
+    """ConfigError for the first sphere (centres (n, 3) m, radii (n,) m) that covers a solid
+    node of the case inside its walls (an obstacle): PSM would blend it into the wall."""
+    solid = case.setup.solid
+    if solid is None:
+        return
+    inner = solid.copy()
+    for axis, n in enumerate(solid.shape):  # the wall layers themselves are planes
+        for layer in (0, n - 1):
+            if np.take(solid, layer, axis=axis).all():
+                index = [slice(None)] * solid.ndim
+                index[axis] = layer
+                inner[tuple(index)] = False
+    nodes = np.argwhere(inner)
+    if nodes.size == 0:
+        return
+    points = np.asarray(case.origin) + (nodes + 0.5) * case.units.dx
+    for i, (c, r) in enumerate(zip(centres, radii, strict=True)):
+        if np.any(np.sum((points - c) ** 2, axis=1) < r * r):
+            raise ConfigError(
+                f"{PREFIX}.bodies[{i}].position", [float(v) for v in c],
+                f"a sphere of radius {r:g} m clear of the case's solid nodes (its obstacle)",
+            )  # fmt: skip
+
+
+def build_scene_in_fluid(config: RunConfig):
+    """The CoupledCase of a fluid case with the bodies of ``coupling.scene``."""
+    fluid_case = build_case(config)
+    spec = config.coupling.scene
+    scene = scene_of(spec, PREFIX)
+    planes, lower, upper = wall_faces(fluid_case)
+    full = with_planes(scene, planes, lower, upper, spec.wall_material, PREFIX)
+    spheres = [b for b in scene.bodies if b.shape == "sphere"]
+    check_clear_of_solid(
+        fluid_case,
+        np.array([b.position for b in spheres]),
+        np.array([b.radius for b in spheres]),
+    )
+    units = fluid_case.units
+    nu = (fluid_case.tau - 0.5) / 3.0 * units.dx**2 / units.dt  # the case's viscosity, m^2/s
+    parts = couple(
+        config, fluid_case, full, tuple(spec.gravity), nu * units.rho0, lower, upper,
+        prefix=PREFIX,
+    )  # fmt: skip
+    return parts.case(
+        SceneCase, fluid_case.name, None,
+        source=scene_source_name(spec), wall_planes=len(planes),
+    )  # fmt: skip
