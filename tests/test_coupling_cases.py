@@ -73,7 +73,7 @@ def test_dkt_stages_are_found_in_a_track_that_has_them():
     gap = np.interp(times, [0.0, 0.5, 0.6, 1.0], [2.0 * d, 0.0, 0.0, 1.0 * d])
     lateral = np.interp(times, [0.0, 0.5, 0.7, 1.0], [0.0, 0.0, 1.0, 1.0]) * (d + gap)
     vertical = np.sqrt(np.maximum((d + gap) ** 2 - lateral**2, 0.0))
-    vertical = np.where(times > 0.7, -np.abs(vertical) - 1e-4, vertical)
+    vertical = np.where(times > 0.7, -0.5 * d, vertical)  # half a diameter below: turned over
     track[:, 0, 2] = lead_z
     track[:, 1, 0] = lateral
     track[:, 1, 2] = lead_z + vertical
@@ -84,6 +84,11 @@ def test_dkt_stages_are_found_in_a_track_that_has_them():
     assert out["kissed"] and out["kiss_time_s"] == pytest.approx(0.49, abs=0.02)
     assert out["tumbled"] and out["tumble_time_s"] == pytest.approx(0.71, abs=0.02)
     assert out["min_gap_over_d"] < 0.05
+    # the same pair side by side on the floor, the trailing one a hair lower: not a tumble
+    floor = track.copy()
+    floor[:, 0, 2] = 0.5 * d
+    floor[:, 1, 2] = np.where(times > 0.7, 0.5 * d - 1e-6, floor[:, 0, 2] + vertical)
+    assert not case.diagnostics(times, floor, {})["tumbled"]
     # two spheres that never meet: no kiss, no tumble
     apart = track.copy()
     apart[:, 1, 2] = lead_z + 3.0 * d

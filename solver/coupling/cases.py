@@ -278,6 +278,7 @@ def build_sphere_array(config: RunConfig) -> SphereArrayCase:
 
 
 KISS_GAP = 0.05  # of the diameter: the spheres "kiss" when their gap first falls below it
+TUMBLE_DROP = 0.25  # of the diameter: how far below the leading sphere the trailing one must be
 
 
 class DktCase(CoupledCase):
@@ -286,7 +287,8 @@ class DktCase(CoupledCase):
     Drafting: the trailing sphere, in the leading one's wake, settles faster than it (the most
     it gains, in m/s and as a ratio). Kissing: the gap between the surfaces first falls below
     KISS_GAP diameters (the kiss time, and the smallest gap). Tumbling: after the kiss the pair
-    turns over, the trailing sphere overtaking the leading one in height (the tumble time)."""
+    turns over, the trailing sphere TUMBLE_DROP diameters below the leading one while both are
+    clear of the floor (the tumble time)."""
 
     def diagnostics(self, times: np.ndarray, track: np.ndarray, fluid: dict) -> dict:
         if track.shape[0] == 0 or track.shape[1] < 2:
@@ -307,7 +309,14 @@ class DktCase(CoupledCase):
         out["kissed"] = bool(kissed.size)
         if kissed.size:
             out["kiss_time_s"] = float(times[kissed[0]])
-            after = np.flatnonzero((np.arange(len(times)) > kissed[0]) & (trail[:, 2] < lead[:, 2]))
+            # turned over: the trailing sphere a quarter diameter below the leading one while
+            # both are clear of the floor (side by side on the floor is not a tumble)
+            clear = np.minimum(lead[:, 2], trail[:, 2]) > 1.5 * d
+            after = np.flatnonzero(
+                (np.arange(len(times)) > kissed[0])
+                & (trail[:, 2] < lead[:, 2] - TUMBLE_DROP * d)
+                & clear
+            )
             out["tumbled"] = bool(after.size)
             if after.size:
                 out["tumble_time_s"] = float(times[after[0]])
