@@ -62,10 +62,6 @@ class FluidBox:
     duration: float
 
     @property
-    def dx(self) -> float:
-        return self.length / self.resolution
-
-    @property
     def kinematic_viscosity(self) -> float:
         return self.viscosity / self.fluid_density
 
@@ -86,17 +82,31 @@ def box_grid_shape(box: tuple[float, ...], dx: float) -> tuple[int, int, int]:
     return tuple(counts)
 
 
-def wall_planes(box: tuple[float, ...]) -> list[dict]:
-    """The six faces of [0, box] as scene planes (normals inwards, no material yet)."""
+def wall_faces(case: Case) -> tuple[list[dict], np.ndarray, np.ndarray]:
+    """(planes, lower, upper): the case's wall faces as scene planes (normals inwards, no
+    material) and the fluid's extent (m): between the walls, or the grid's edge on a face
+    without a wall."""
+    solid = case.setup.solid
+    dx = case.units.dx
+    shape = case.setup.shape
+    origin = np.asarray(case.origin, dtype=float)
+    lower = origin.copy()
+    upper = origin + np.asarray(shape) * dx
     planes = []
-    for axis in range(3):
-        for side, point in (("low", 0.0), ("high", box[axis])):
+    for axis, n in enumerate(shape):
+        for side, layer in (("low", 0), ("high", n - 1)):
+            if solid is None or not np.take(solid, layer, axis=axis).all():
+                continue
             normal = [0.0, 0.0, 0.0]
-            normal[axis] = 1.0 if side == "low" else -1.0
-            at = [0.0, 0.0, 0.0]
-            at[axis] = point
-            planes.append({"shape": "plane", "point": at, "normal": normal})
-    return planes
+            point = [0.0, 0.0, 0.0]
+            if side == "low":
+                normal[axis], point[axis] = 1.0, origin[axis] + dx
+                lower[axis] = origin[axis] + dx
+            else:
+                normal[axis], point[axis] = -1.0, origin[axis] + (n - 1) * dx
+                upper[axis] = origin[axis] + (n - 1) * dx
+            planes.append({"shape": "plane", "point": point, "normal": normal})
+    return planes, lower, upper
 
 
 def check_spheres_only(scene: Scene, prefix: str = "case") -> None:
@@ -149,12 +159,6 @@ def with_planes(
 
 def _fmt(v: np.ndarray) -> str:
     return "[" + ", ".join(f"{x:.4g}" for x in v) + "]"
-
-
-def with_walls(scene: Scene, box: tuple[float, ...], wall_material: str | None) -> Scene:
-    """The scene's spheres plus the box's six walls (see ``with_planes``)."""
-    upper = np.asarray(box, dtype=float)
-    return with_planes(scene, wall_planes(box), np.zeros(3), upper, wall_material)
 
 
 def lubrication_settings(coupling: CouplingConfig, dx: float, radius: float) -> tuple:
@@ -228,7 +232,6 @@ def build_box(
     fb: FluidBox,
     scene: Scene,
     wall_material: str | None = None,
-    overlap_tolerance: float = 0.0,
 ) -> BoxParts:
     """The fluid box, the scene's spheres in it, and the PSM coupling that joins them."""
     fluid = config.fluid
@@ -241,7 +244,6 @@ def build_box(
     units = scales.units
     dx = units.dx
     shape = box_grid_shape(fb.box, dx)
-    full = with_walls(scene, fb.box, wall_material)
     solid = np.ones(shape, dtype=bool)
     solid[1:-1, 1:-1, 1:-1] = False
     setup = fluid_setup(fluid, lattice, shape, scales.omega, solid=solid)
@@ -256,10 +258,9 @@ def build_box(
         mach=scales.mach,
         reynolds=fb.velocity_scale * fb.length / nu,
     )
-    return couple(
-        config, fluid_case, full, (0.0, 0.0, -fb.gravity), fb.viscosity,
-        np.zeros(3), np.asarray(fb.box, dtype=float), overlap_tolerance,
-    )  # fmt: skip
+    planes, lower, upper = wall_faces(fluid_case)  # the six walls, at 0 and box
+    full = with_planes(scene, planes, lower, upper, wall_material)
+    return couple(config, fluid_case, full, (0.0, 0.0, -fb.gravity), fb.viscosity, lower, upper)
 
 
 def couple(
@@ -270,7 +271,6 @@ def couple(
     viscosity: float,
     lower: np.ndarray,
     upper: np.ndarray,
-    overlap_tolerance: float = 0.0,
     prefix: str = "case",
 ) -> BoxParts:
     """The bodies of ``scene`` (spheres and the planes of the fluid's walls, SI) coupled to
@@ -283,7 +283,7 @@ def couple(
     """
     units = fluid_case.units
     dx = units.dx
-    check_overlaps(scene, tolerance=overlap_tolerance, key_prefix=prefix)
+    check_overlaps(scene, key_prefix=prefix)
     arrays, _ = scene.arrays()
     radius = arrays.member_radius
     r_min, r_max = float(radius.min()), float(radius.max())

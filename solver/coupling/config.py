@@ -293,7 +293,6 @@ class SedimentConfig:
     duration: float
     wall_material: str | None = None
     output_every: int | None = None
-    overlap_tolerance: float = 0.0
     name: str = "sediment"
     dimension: int = 3
     kind: str = "coupled"

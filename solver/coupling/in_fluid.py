@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from solver.bodies.scene_case import scene_of
-from solver.coupling.box import couple, with_planes
+from solver.coupling.box import couple, wall_faces, with_planes
 from solver.coupling.case import SceneCase, scene_source_name
 from solver.errors import ConfigError
 from solver.fluid.cases import build_case
@@ -31,33 +31,6 @@ if TYPE_CHECKING:
     from solver.config import RunConfig
 
 PREFIX = "coupling.scene"
-
-
-def wall_faces(case: Case) -> tuple[list[dict], np.ndarray, np.ndarray]:
-    """(planes, lower, upper): the case's wall faces as scene planes (normals inwards, no
-    material) and the fluid's extent (m): between the walls, or the grid's edge on a face
-    without a wall."""
-    solid = case.setup.solid
-    dx = case.units.dx
-    shape = case.setup.shape
-    origin = np.asarray(case.origin, dtype=float)
-    lower = origin.copy()
-    upper = origin + np.asarray(shape) * dx
-    planes = []
-    for axis, n in enumerate(shape):
-        for side, layer in (("low", 0), ("high", n - 1)):
-            if solid is None or not np.take(solid, layer, axis=axis).all():
-                continue
-            normal = [0.0, 0.0, 0.0]
-            point = [0.0, 0.0, 0.0]
-            if side == "low":
-                normal[axis], point[axis] = 1.0, origin[axis] + dx
-                lower[axis] = origin[axis] + dx
-            else:
-                normal[axis], point[axis] = -1.0, origin[axis] + (n - 1) * dx
-                upper[axis] = origin[axis] + (n - 1) * dx
-            planes.append({"shape": "plane", "point": point, "normal": normal})
-    return planes, lower, upper
 
 
 def check_clear_of_solid(case: Case, centres: np.ndarray, radii: np.ndarray) -> None:
