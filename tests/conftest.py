@@ -34,3 +34,25 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if item.get_closest_marker("slurm") is not None or "mpi" in item.name.lower():
             item.add_marker(pytest.mark.xdist_group("processes"))
+
+
+# Opt-in: LBSOLVER_COMPILE_LOG=FILE appends one line per XLA compilation of a second or more
+# made in this process (the test, the function, seconds), to find tests that compile the same
+# program twice (a persistent-cache miss) or compile more than they need to.
+_COMPILE_LOG = os.environ.get("LBSOLVER_COMPILE_LOG")
+_current_test = ["(collection)"]
+
+if _COMPILE_LOG:
+    from jax import monitoring
+
+    def _log_compile(event: str, seconds: float, **kwargs) -> None:
+        if event == "/jax/core/compile/backend_compile_duration" and seconds >= 1.0:
+            with open(_COMPILE_LOG, "a") as log:
+                log.write(f"{_current_test[0]}\t{kwargs.get('fun_name')}\t{seconds:.1f}\n")
+
+    monitoring.register_event_duration_secs_listener(_log_compile)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    _current_test[0] = item.nodeid

@@ -266,10 +266,17 @@ class Distribution:
         return jax.tree.map(target, tree)
 
     def local_view(self, tree):
-        """Inverse of ``global_view``: under mpi, this process's block of every leaf."""
-        if self.backend != "mpi":
+        """Inverse of ``global_view``: under mpi, this process's block of every leaf.
+
+        Single-device and mpi leaves come back uncommitted, as a fresh state is: a restored
+        array pinned to its device would make the chunk lower with sharding annotations, i.e.
+        a second compilation of the same program on every resume (and a persistent-cache miss).
+        """
+        if self.backend == "xla":
             return tree
-        return jax.tree.map(lambda leaf: leaf.addressable_data(0), tree)
+        if self.backend == "mpi":
+            tree = jax.tree.map(lambda leaf: leaf.addressable_data(0), tree)
+        return jax.tree.map(lambda leaf: jnp.asarray(np.asarray(leaf)), tree)
 
     def block_offset(self, shape: tuple[int, ...]) -> tuple[int, ...] | None:
         """Global index of this process's first element of a leaf of ``shape`` (as held
