@@ -19,8 +19,8 @@ so fluid plus bodies conserve momentum exactly. Cells change between fluid and s
 (eps is continuous in the body's position), which is why PSM shows no force spikes when a body
 moves across the grid, unlike bounce-back with refill.
 
-Bodies reach the grid through a stencil: a cube of S^d cells per body starting at ``base``
-(the cell index of its lower corner), holding every cell the body may cover. Fields of many
+Bodies reach the grid through a stencil: the cells of a cube of S^d cells per body starting at
+``base`` (the cell index of its lower corner) that the body may cover. Fields of many
 bodies are summed into the grid by scatter-add; per-body totals come back by gather. All
 functions are pure and run unchanged on one shard's block (``origin``: the block's first cell
 in the global grid) inside ``shard_map``.
@@ -64,15 +64,25 @@ def psm_blend(
     u: Sequence[Array],
     weight: Array,
     u_solid: Sequence[Array],
+    body_force: Sequence[Array | float] | None = None,
 ) -> tuple[tuple[Array, ...], tuple[Array, ...]]:
     """The PSM collision and the hydrodynamic force density on the solid.
+
+    The force is the first moment of the solid term, in closed form rather than summed over
+    the q directions (a second pass over every population on XLA:CPU): with j = sum_i c_i f_i
+    = rho u - F/2 (u is the force-shifted velocity) and sum_i c_i f_i^eq(rho, v) = rho v,
+
+        sum_i c_i Omega_i^s = -j + rho u + rho u_s - j = rho (u_s - u) + F,
+        force on the solid  = B (rho (u - u_s) - F).
 
     Args:
         f: q arrays (*shape), pre-collision populations.
         fluid_post: q arrays (*shape), the fluid operator's post-collision populations.
-        rho: (*shape) density; u: d arrays (*shape) fluid velocity (as the fluid operator used).
+        rho: (*shape) density; u: d arrays (*shape) fluid velocity (as the fluid operator used,
+            shifted by half the body force).
         weight: (*shape) B from ``psm_weight``.
         u_solid: d arrays (*shape) velocity of the solid in each cell.
+        body_force: d arrays or scalars, the fluid's body force density F (None: none).
 
     Returns:
         (post, force): q arrays (*shape) post-collision populations and d arrays (*shape) the
@@ -81,15 +91,17 @@ def psm_blend(
     q, d = lattice.q, lattice.d
     feq_fluid = equilibrium(lattice, rho, u)
     feq_solid = equilibrium(lattice, rho, u_solid)
-    post, force = [], [jnp.zeros_like(rho) for _ in range(d)]
+    post = []
     for i in range(q):
         o = int(lattice.opposite[i])
         solid_term = weight * (f[o] - feq_fluid[o] + feq_solid[i] - f[i])
         post.append(f[i] + (1.0 - weight) * (fluid_post[i] - f[i]) + solid_term)
-        for a in range(d):
-            c = float(lattice.c[i, a])
-            if c:
-                force[a] = force[a] - c * solid_term
+    force = []
+    for a in range(d):
+        drag = rho * (u[a] - u_solid[a])
+        if body_force is not None:
+            drag = drag - body_force[a]
+        force.append(weight * drag)
     return tuple(post), tuple(force)
 
 
@@ -102,9 +114,26 @@ def stencil_size(radius_cells: float) -> int:
     return int(np.ceil(2.0 * radius_cells + 1.0)) + 1
 
 
-def stencil_offsets(size: int, d: int) -> np.ndarray:
-    """(S^d, d) int32 offsets of the cells of a stencil, C order."""
-    return np.array(list(itertools.product(range(size), repeat=d)), dtype=np.int32)
+def stencil_offsets(size: int, d: int, radii: Sequence[float] | None = None) -> np.ndarray:
+    """(m, d) int32 offsets of the cells of a stencil, C order.
+
+    Without ``radii``: the whole cube, m = S^d. With the bodies' radii (cells): only the cells
+    that a sphere of one of these radii can cover from any position of its centre in its base
+    cell, about half the cube (1.85x fewer for r = 2, 1.8x for r = 7.5), so that the scatter
+    and gather of every step move half as much. A sphere of radius r has its centre at
+    base + r + 1/2 + t, t in [0, 1)^d; it covers cell o while |o - (r + 1/2 + t)| < r + 1/2
+    (``sphere_fraction``), so o is kept where the distance from o to the box r + 1/2 + [0, 1]^d
+    is below r + 1/2.
+    """
+    cube = np.array(list(itertools.product(range(size), repeat=d)), dtype=np.int32)
+    if radii is None:
+        return cube
+    keep = np.zeros(len(cube), bool)
+    for radius in np.unique(np.round(np.asarray(radii, float), 12)):
+        reach = radius + 0.5
+        gap = np.maximum(0.0, np.maximum(reach - cube, cube - reach - 1.0))
+        keep |= np.sqrt(np.sum(gap * gap, axis=1)) < reach
+    return cube[keep]
 
 
 def stencil_base(center: Array, radius: Array) -> Array:
@@ -159,17 +188,26 @@ def scatter_to_block(values: Array, flat: Array, block: Sequence[int]) -> Array:
     """Sum per-stencil-cell values into the block: (n, S^d, k) -> (k, *block); cells outside
     the block (flat index = block size) are dropped."""
     size = int(np.prod(block))
-    k = values.shape[-1]
-    grid = jnp.zeros((size, k), values.dtype)
-    grid = grid.at[flat.reshape(-1)].add(values.reshape(-1, k), mode="drop")
-    return jnp.moveaxis(grid, -1, 0).reshape((k, *block))
+    index = flat.reshape(-1)
+    return jnp.stack(
+        [
+            jnp.zeros(size, values.dtype)
+            .at[index]
+            .add(values[..., k].reshape(-1), mode="drop")
+            .reshape(block)
+            for k in range(values.shape[-1])
+        ]
+    )
 
 
-def gather_from_block(field: Array, flat: Array) -> Array:
-    """Per-stencil-cell values of a (k, *block) field: (n, S^d, k); zero outside the block."""
-    k = field.shape[0]
-    table = jnp.moveaxis(field.reshape(k, -1), 0, -1)
-    return table.at[flat].get(mode="fill", fill_value=0.0)
+def gather_from_block(fields: Sequence[Array], flat: Array) -> Array:
+    """Per-stencil-cell values of k (*block) fields: (n, S^d, k); zero outside the block.
+
+    One gather per field from its flat view (a (cells, k) table would first transpose the k
+    fields into one array: a pass over them that the separate gathers skip)."""
+    return jnp.stack(
+        [field.reshape(-1).at[flat].get(mode="fill", fill_value=0.0) for field in fields], -1
+    )
 
 
 # ---------------------------------------------------------------- lubrication

@@ -124,7 +124,7 @@ class PsmCoupling:
         params = CollisionParams.from_setup(setup)
         dtype = params.dtype
         tau = setup.tau
-        offsets = jnp.asarray(psm.stencil_offsets(self.stencil, lat.d))
+        offsets = jnp.asarray(psm.stencil_offsets(self.stencil, lat.d, self.radius_cells))
         radius = self.radius_cells
         origin = np.asarray(self.origin)
         velocity_scale = self.dt / self.dx
@@ -159,12 +159,12 @@ class PsmCoupling:
             force = body_force_at(setup, time)
             rho, u = moments(lat, f, force, dtype)
             fluid_post = operator(f, rho, u, force, params)
-            post, cell_force = psm.psm_blend(lat, f, fluid_post, rho, u, weight, u_cell)
+            post, cell_force = psm.psm_blend(lat, f, fluid_post, rho, u, weight, u_cell, force)
             post = tuple(p.astype(dtype) for p in post)
 
-            table = psm.gather_from_block(jnp.stack([eps_total, *cell_force]), flat)
-            share = eps / jnp.where(table[..., 0] > 0, table[..., 0], 1.0)
-            on_body = share[..., None] * table[..., 1:]
+            # each body takes its cover's share eps / eps_total of a cell's force
+            per_cover = [fa / covered for fa in cell_force]
+            on_body = eps[..., None] * psm.gather_from_block(per_cover, flat)
             hydro = jnp.stack([jnp.sum(on_body, axis=1), jnp.sum(jnp.cross(rel, on_body), axis=1)])
             hydro = halo.sum(hydro)
             body_dtype = bodies.position.dtype
