@@ -12,7 +12,9 @@ loop does, one warm-up call, then ``repeats`` timed chunks of ``steps`` steps, e
 one run of the memory-copy probe of ``solver.bench``. Reported per count: MLUPS (median), the
 fraction of the fluid-only MLUPS, the solid fraction, and the time the bodies add per step and
 per body (how the cost grows with n). The issue's goal: >= 70 % of the fluid-only MLUPS at 1,000
-spheres.
+spheres. The spheres barely move in the timed steps, so the Verlet pair table (skin 1 cell) is
+not rebuilt after the first step: the rows show the rebuilds; a rebuild costs about a body step
+more (the cell list and the 27-cell search).
 """
 
 from __future__ import annotations
@@ -56,6 +58,8 @@ class CoupledBenchRow:
     bandwidth_gbs: float
     roofline_mlups: float
     compile_s: float
+    pair_rebuilds: int  # Verlet pair-table rebuilds over all the chunks of the row
+    body_steps: int
 
 
 def sphere_sites(count: int, edge: int, radius: float, seed: int = 0) -> np.ndarray:
@@ -140,7 +144,9 @@ def bench_count(edge: int, count: int, radius: float, steps: int, repeats: int, 
     cells = setup.cells
     bandwidth = statistics.median(bandwidths)
     solid = count * 4.0 / 3.0 * math.pi * radius**3 / cells
-    return cells, solid, cells * steps / statistics.median(seconds) / 1e6, bandwidth, compile_s
+    rebuilds = 0 if coupling is None else int(carry[1].state.rebuilds)
+    mlups = cells * steps / statistics.median(seconds) / 1e6
+    return cells, solid, mlups, bandwidth, compile_s, rebuilds, (repeats + 1) * steps
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -162,7 +168,7 @@ def main(argv: list[str] | None = None) -> int:
           f"{args.radius:g} cells; {os.cpu_count()} cores, JAX {jax.__version__} on "
           f"{jax.devices()[0].device_kind}")  # fmt: skip
     for count in sorted(counts):
-        cells, solid, mlups, bandwidth, compile_s = bench_count(
+        cells, solid, mlups, bandwidth, compile_s, rebuilds, body_steps = bench_count(
             args.edge, count, args.radius, args.steps, args.repeats, copy_run
         )
         if count == 0:
@@ -181,13 +187,15 @@ def main(argv: list[str] | None = None) -> int:
             bandwidth_gbs=bandwidth / 1e9,
             roofline_mlups=bandwidth / (2 * D3Q19.q * 4) / 1e6,
             compile_s=compile_s,
+            pair_rebuilds=rebuilds,
+            body_steps=body_steps,
         )
         rows.append(row)
         print(f"{count:>6} spheres  solid {100 * solid:5.2f} %  {mlups:7.2f} MLUPS  "
               f"{100 * row.fraction_of_fluid:5.1f} % of fluid-only  bodies "
               f"{1e3 * body_seconds:7.2f} ms/step ({row.body_microseconds_per_sphere_step:.2f} "
-              f"us per sphere)  roofline {row.roofline_mlups:.1f} MLUPS  compile "
-              f"{compile_s:.1f} s", flush=True)  # fmt: skip
+              f"us per sphere)  pair table rebuilt {rebuilds}/{body_steps} steps  roofline "
+              f"{row.roofline_mlups:.1f} MLUPS  compile {compile_s:.1f} s", flush=True)  # fmt: skip
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"host": platform.node(), "rows": [asdict(r) for r in rows]}, f, indent=1)

@@ -185,6 +185,7 @@ def setup_from_scene(
     gravity: tuple[float, float, float],
     contact_model: str = "hertz",
     stiffness: float | None = None,
+    pair_margin: float = 0.0,
 ) -> BodySetup:
     """The BodySetup of a scene of spheres, clumps and planes (``scene.arrays()``).
 
@@ -211,6 +212,7 @@ def setup_from_scene(
         grid=grid,
         dt=dt,
         skin=skin,
+        pair_margin=pair_margin,
         gravity=gravity,
         contact_model=contact_model,
         stiffness=np.full(bodies.member_radius.shape, stiffness) if linear else None,

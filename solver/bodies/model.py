@@ -276,6 +276,9 @@ class BodyModel:
             "diagnostics": diag,
             "info": case.info,
             "left_grid": self.left_grid or None,
+            "pair_table": pair_table_summary(
+                setup, None if self.stepper.spatial else int(state.rebuilds), done
+            ),
             "decomposition": (
                 {"mesh": list(mesh), **self.stepper.traffic} if mesh is not None else None
             ),
@@ -283,6 +286,18 @@ class BodyModel:
 
     def summary_lines(self, summary: dict) -> list[str]:
         return summary_lines(summary)
+
+
+def pair_table_summary(setup, rebuilds: int | None, steps: int) -> dict:
+    """run.json's account of the Verlet pair table: its skin, the distance a sphere may move
+    before a rebuild, and the rebuilds over the run (None: rebuilt every step, the spatial
+    decomposition's table)."""
+    return {
+        "skin_m": setup.skin,
+        "rebuild_distance_m": setup.rebuild_distance,
+        "rebuilds": rebuilds,
+        "body_steps": steps,
+    }
 
 
 def summary_lines(summary: dict) -> list[str]:

@@ -2,9 +2,11 @@
 
 One step (kernels.rigid_body.step, velocity Verlet with the DLM rotor):
     1. kick by the forces of the previous step (dt/2) and drift (dt);
-    2. on the drifted state: rebuild the cell list and the pair table (every step, so the skin only
-       has to cover one step of motion), carry the tangential spring of every pair that persists,
-       and evaluate sphere-sphere and sphere-plane contacts plus gravity;
+    2. on the drifted state: the pair table (a Verlet list: pairs within r_i + r_j + skin,
+       rebuilt from the cell list only when some sphere has moved more than
+       ``BodySetup.rebuild_distance`` since the last rebuild, decided on the device), the
+       tangential spring of every pair that persists carried into a rebuilt table, and the
+       sphere-sphere and sphere-plane contacts plus gravity;
     3. kick by the new forces (dt/2).
 A chunk of n steps is one ``lax.scan``; the state between chunks holds the forces and torques of
 the last step, the neighbour table and the tangential histories that belong to it, and sticky
@@ -38,7 +40,7 @@ from jax import Array, lax
 from kernels import clump, rigid_body
 from kernels import contact_models as cm
 from kernels.contact import accumulate, sphere_plane, sphere_sphere
-from kernels.neighbor_search import CellGrid, bin_bodies, neighbor_pairs, pair_list
+from kernels.neighbor_search import CellGrid, bin_bodies, neighbor_pairs
 from kernels.rigid_body import Bodies
 
 CONTACT_MODELS = ("hertz", "linear")
@@ -79,8 +81,11 @@ class BodySetup:
         gravity: (3,) m/s^2.
         dt: time step, s.
         grid: the cell list over the spheres; its cell size must be >= 2 max(radius) + skin.
-        skin: extra search distance, m, >= the largest relative motion of two sphere centres in
-            one step (for clumps including the rotation, |omega| |offset|).
+        skin: extra search distance, m: the pair table holds pairs within r_i + r_j + skin and
+            stays until a sphere has moved (skin - pair_margin) / 2 since it was built (for
+            clumps the sphere's motion includes the rotation). 0: rebuilt every step.
+        pair_margin: m, the gap beyond contact up to which pairs must be in the table at every
+            step (a lubrication cutoff); <= skin.
         member_body: (s,) int, the body of each sphere; every body 0..n-1 owns at least one.
             None: sphere k is body k.
         member_offset: (s, 3) m, each sphere's centre in its body's principal frame, relative to
@@ -96,6 +101,7 @@ class BodySetup:
     grid: CellGrid
     dt: float
     skin: float = 0.0
+    pair_margin: float = 0.0
     gravity: tuple[float, float, float] = (0.0, 0.0, -9.81)
     contact_model: str = "hertz"
     stiffness: np.ndarray | None = None
@@ -146,6 +152,9 @@ class BodySetup:
             raise ValueError(f"BodySetup.dt must be > 0 and finite, got {self.dt}")
         if not (math.isfinite(self.skin) and self.skin >= 0):
             raise ValueError(f"BodySetup.skin must be >= 0, got {self.skin}")
+        if not (math.isfinite(self.pair_margin) and 0 <= self.pair_margin <= self.skin):
+            raise ValueError(f"BodySetup.pair_margin must be in [0, skin = {self.skin}], got "
+                             f"{self.pair_margin}")  # fmt: skip
         gravity = tuple(float(g) for g in self.gravity)
         if len(gravity) != 3:
             raise ValueError(f"BodySetup.gravity must have 3 components, got {self.gravity}")
@@ -178,6 +187,13 @@ class BodySetup:
         for name, default in defaults.items():
             value = getattr(self, name)
             set_(self, name, _per_item(name, np.full(p, default) if value is None else value, p))
+
+    @property
+    def rebuild_distance(self) -> float:
+        """m: the pair table is rebuilt once a sphere has moved farther than this since the
+        last rebuild; two spheres then have closed their gap by at most skin - pair_margin, so
+        every pair within contact plus pair_margin is still in the table."""
+        return 0.5 * (self.skin - self.pair_margin)
 
     @property
     def n_bodies(self) -> int:
@@ -303,6 +319,9 @@ class BodyState:
         overflow: sticky Overflow over all steps so far (the worst counts seen).
         elastic_energy: float scalar, J stored in the normal contact springs at ``time``
             (`contact_forces`); zero by default for states built by hand.
+        reference: (s, 3) m, the sphere centres when the pair table was built (the Verlet
+            list's reference); None: rebuild at the next step.
+        rebuilds: int32 scalar, pair-table rebuilds so far.
     """
 
     bodies: Bodies
@@ -315,6 +334,8 @@ class BodyState:
     time: Array
     overflow: Overflow
     elastic_energy: Array = field(default_factory=lambda: jnp.zeros(()))
+    reference: Array | None = None
+    rebuilds: Array = field(default_factory=lambda: jnp.zeros((), jnp.int32))
 
     def replace(self, **changes) -> BodyState:
         return dataclasses.replace(self, **changes)
@@ -331,6 +352,8 @@ class ContactResult(NamedTuple):
     contact_count: Array  # (n,) int32, per body
     overflow: Overflow
     elastic_energy: Array  # J in the normal springs of all contacts
+    reference: Array  # (s, 3) m, sphere centres when the table was built
+    rebuilt: Array  # bool: the table was rebuilt at this evaluation
 
 
 class BodyDiagnostics(NamedTuple):
@@ -420,19 +443,26 @@ def contact_forces(
     history: Array,
     plane_history: Array,
     params: ContactParams | None = None,
+    reference: Array | None = None,
 ) -> ContactResult:
-    """Contact forces and gravity on the bodies, with a freshly built sphere neighbour table.
+    """Contact forces and gravity on the bodies, over the sphere pair table (a Verlet list).
 
     Args:
         bodies: the state at which forces act (n bodies).
         partners: (s, K) int32 previous sphere pair table; history: (s, K, 3) m its tangential
         springs; plane_history: (s, p, 3) m.
         params: material values, planes and gravity; None: ``setup.params()``.
+        reference: (s, 3) m, the sphere centres the table was built at; the table is kept
+            while no sphere has moved more than ``setup.rebuild_distance`` from them, else
+            rebuilt from the cell list (``lax.cond``, on the device). None: rebuilt.
 
     Returns:
-        ContactResult, forces and torques per body. Pairs that persist keep their spring
-        (`carry_history`), new pairs start at zero; sphere-plane pairs are every (sphere, plane)
-        combination; two spheres of one body never interact.
+        ContactResult, forces and torques per body. A kept table gives the same contacts and
+        forces as a rebuilt one, bit for bit: its extra pairs are not touching and add exact
+        zeros, and its touching pairs sit in the same order (rows ascending). In a rebuilt
+        table pairs that persist keep their spring (`carry_history`), new pairs start at zero;
+        sphere-plane pairs are every (sphere, plane) combination; two spheres of one body never
+        interact.
     """
     grid = setup.grid
     n, s, p = setup.n_bodies, setup.n_spheres, setup.n_planes
@@ -463,10 +493,35 @@ def contact_forces(
         ws, inverse_mass_s = omega[owner], inverse_mass[owner]
     everyone = jnp.ones((s,), bool)
 
-    cells = bin_bodies(grid, xs, everyone)
-    table = neighbor_pairs(grid, cells, xs, radius, everyone, setup.skin)
-    history = carry_history(partners, history, table.partners)
-    i, j, valid = pair_list(table)
+    def rebuild(_) -> tuple[Array, Array, Overflow]:
+        cells = bin_bodies(grid, xs, everyone)
+        table = neighbor_pairs(grid, cells, xs, radius, everyone, setup.skin)
+        overflow = Overflow(
+            overflowed=cells.overflowed | table.overflowed,
+            worst_cell=cells.worst_cell,
+            worst_cell_count=cells.worst_count,
+            worst_body=table.worst_body,
+            worst_body_count=table.worst_count,
+        )
+        return table.partners, carry_history(partners, history, table.partners), overflow
+
+    def keep(_) -> tuple[Array, Array, Overflow]:
+        zero = jnp.zeros((), jnp.int32)
+        return partners, history, Overflow(jnp.zeros((), bool), zero, zero, zero, zero)
+
+    if reference is None:
+        rebuilt = jnp.ones((), bool)
+        partners, history, overflow = rebuild(None)
+        reference = jnp.copy(xs)  # its own buffer: the state is donated leaf by leaf
+    else:
+        moved = jnp.max(jnp.sum((xs - reference) ** 2, axis=1))
+        rebuilt = moved > setup.rebuild_distance**2
+        partners, history, overflow = lax.cond(rebuilt, rebuild, keep, None)
+        reference = jnp.where(rebuilt, xs, reference)
+    width = grid.max_neighbors
+    i = jnp.repeat(jnp.arange(s, dtype=jnp.int32), width, total_repeat_length=s * width)
+    j = partners.reshape(-1)  # the flat view of kernels.neighbor_search.pair_list
+    valid = j >= 0
     if owner is not None:
         valid = valid & (owner[i] != owner[jnp.where(valid, j, 0)])
     js = jnp.where(valid, j, 0)
@@ -545,22 +600,17 @@ def contact_forces(
         elastic = elastic + jnp.sum(energy_bp)
 
     force = force + rigid_body.gravity_force(bodies, params.gravity)
-    overflow = Overflow(
-        overflowed=cells.overflowed | table.overflowed,
-        worst_cell=cells.worst_cell,
-        worst_cell_count=cells.worst_count,
-        worst_body=table.worst_body,
-        worst_body_count=table.worst_count,
-    )
     return ContactResult(
         force,
         torque,
-        table.partners,
+        partners,
         new_history.reshape(s, grid.max_neighbors, 3),
         new_plane_history,
         count,
         overflow,
         elastic,
+        reference,
+        rebuilt,
     )
 
 
@@ -602,6 +652,8 @@ def initial_state(
         time=jnp.zeros((), jnp.int32),
         overflow=result.overflow,
         elastic_energy=result.elastic_energy,
+        reference=result.reference,
+        rebuilds=jnp.zeros((), jnp.int32),
     )
 
 
@@ -646,8 +698,14 @@ def body_step(
     def forces_fn(bodies: Bodies) -> tuple[Array, Array]:
         results.append(
             contact_forces(
-                setup, bodies, state.partners, state.history, state.plane_history, params
-            )
+                setup,
+                bodies,
+                state.partners,
+                state.history,
+                state.plane_history,
+                params,
+                state.reference,
+            )  # fmt: skip
         )
         force, torque = results[-1].force, results[-1].torque
         if external is not None:
@@ -672,6 +730,8 @@ def body_step(
         time=state.time + 1,
         overflow=_merge_overflow(state.overflow, result.overflow),
         elastic_energy=result.elastic_energy,
+        reference=result.reference,
+        rebuilds=state.rebuilds + result.rebuilt.astype(jnp.int32),
     )
 
 

@@ -36,7 +36,10 @@ from solver.fluid.cases.base import Case, fluid_setup, lattice_scales
 if TYPE_CHECKING:
     from solver.config import RunConfig
 
-SKIN_FRACTION = 0.1  # neighbour-search skin, of the smallest radius (one body step moves far less)
+# Verlet skin beyond the lubrication cutoff, of the smallest radius: the pair table is rebuilt
+# once a sphere has moved half of it (0.15 cells at 3 cells per radius: every few fluid steps,
+# against every body sub-step before)
+SKIN_FRACTION = 0.1
 
 
 @dataclass(frozen=True)
@@ -288,11 +291,11 @@ def couple(
     radius = arrays.member_radius
     r_min, r_max = float(radius.min()), float(radius.max())
     cutoff, min_gap = lubrication_settings(config.coupling, dx, r_min)
-    skin = max(SKIN_FRACTION * r_min, 1.1 * cutoff)  # the pair table covers the cutoff
+    skin = cutoff + SKIN_FRACTION * r_min  # the pair table always covers the cutoff
 
     def setup_for(dt: float) -> BodySetup:
         grid = grid_for_scene(lower, upper, radius, skin)
-        return setup_from_scene(scene, grid, dt, skin, gravity)
+        return setup_from_scene(scene, grid, dt, skin, gravity, pair_margin=cutoff)
 
     mass = arrays.mass
     stable = min(

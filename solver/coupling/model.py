@@ -21,6 +21,7 @@ import numpy as np
 from jax import Array
 
 from kernels.rigid_body import angular_velocity
+from solver.bodies.model import pair_table_summary
 from solver.bodies.step import initial_state as initial_body_state
 from solver.coupling.case import CoupledCase
 from solver.coupling.cases import build_coupled_case
@@ -195,6 +196,11 @@ class CoupledModel(FluidModel):
             "body_dt_s": coupled.bodies.dt,
             "average_force": coupled.coupling.average_force,
             "radius_cells": float(coupled.coupling.radius_cells.min()),
+            "pair_table": pair_table_summary(
+                coupled.bodies,
+                int(np.max(_replicated(state.bodies.state.rebuilds))),
+                done * coupled.coupling.substeps,
+            ),
             **{k: v for k, v in coupled.info.items() if v is not None},
         }
         if status != "completed" or not self.dist.is_root:

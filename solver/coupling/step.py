@@ -198,8 +198,8 @@ class PsmCoupling:
 
     def _lubrication(self, params, dtype) -> Callable | None:
         """extra(bodies, contacts) -> (force, torque): the normal lubrication correction of
-        sphere pairs (from the fresh contact table, whose skin covers the cutoff) and of the
-        planes; None when switched off."""
+        sphere pairs (from the contact table, which holds every pair within the cutoff at
+        every step: ``BodySetup.pair_margin``) and of the planes; None when switched off."""
         if self.lubrication_cutoff <= 0.0:
             return None
         radius = jnp.asarray(self.bodies.radius, dtype)
