@@ -96,6 +96,37 @@ def test_dkt_stages_are_found_in_a_track_that_has_them():
     assert not out["kissed"] and not out["tumbled"] and out["min_gap_over_d"] > 1.9
 
 
+def test_wet_bounce_finds_the_impact_and_the_rebound_in_a_track_that_has_them():
+    """A 6 mm sphere falls at up to 0.4 m/s, touches the floor, leaves it at 0.2 m/s, then
+    falls back and bounces once more at 0.3 m/s: e = 0.2 / 0.4 (the second bounce is not the
+    first rebound), St = rho_s U_in d / (9 mu)."""
+    case = build_coupled_case(
+        compose_config(["case=wet_bounce", "fluid=d3q19", "coupling=psm", "case.resolution=3"])
+    )
+    info = case.info
+    d, r = info["diameter_m"], 0.5 * info["diameter_m"]
+    times = np.arange(1, 61) * 1e-3
+    w = np.concatenate([-np.linspace(0.1, 0.4, 20), [0.2, 0.15, 0.1, 0.0, -0.1, -0.2],
+                        np.full(10, -0.05), [0.3], np.full(23, 0.0)])  # fmt: skip
+    gap = np.concatenate([np.linspace(4e-3, 0.0, 20), [2e-4, 4e-4, 5e-4, 5e-4, 3e-4, 1e-4],
+                          np.linspace(8e-5, 0.0, 10), [1e-4], np.full(23, 1e-4)])  # fmt: skip
+    track = np.zeros((60, 1, 9))
+    track[:, 0, 2] = gap + r
+    track[:, 0, 5] = w
+    out = case.diagnostics(times, track, {})
+    assert out["impacted"] and out["impact_time_s"] == pytest.approx(0.020)
+    assert out["impact_velocity_m_s"] == pytest.approx(0.4)
+    assert out["rebound_velocity_m_s"] == pytest.approx(0.2)
+    assert out["restitution_ratio"] == pytest.approx(0.5 / info["dry_restitution"])
+    stokes = info["sphere_density"] * 0.4 * d / (9.0 * info["viscosity_pa_s"])
+    assert out["stokes"] == pytest.approx(stokes)
+    assert out["reference_restitution_ratio"] == pytest.approx(np.exp(-35.0 / stokes))
+    assert out["rebound_height_over_d"] == pytest.approx(5e-4 / d)
+    above = track.copy()
+    above[:, 0, 2] = r + 1e-3  # never reaches the floor
+    assert case.diagnostics(times, above, {})["impacted"] is False
+
+
 def test_the_example_scene_file_goes_into_the_fluid_box():
     config = compose_config([*SEDIMENT, "case.generate=null", "case.file=data/scenes/beads.yaml"])
     case = build_coupled_case(config)

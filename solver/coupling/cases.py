@@ -1,6 +1,7 @@
 """Coupled cases: a fluid case (lattice units) plus a scene of bodies (SI) moving in it.
 
-settling_sphere, dkt and sediment are closed boxes of fluid with spheres (solver.coupling.box);
+settling_sphere, wet_bounce, dkt and sediment are closed boxes of fluid with spheres
+(solver.coupling.box);
 sediment takes any scene in the ``case=scene`` form (file, generate, materials, bodies).
 
 A case hands the coupled model a fluid ``Case`` (solver.fluid.cases.base), the bodies' scene
@@ -135,6 +136,58 @@ class SphereArrayCase(CoupledCase):
         return out
 
 
+# Legendre, Zenit, Daniel & Guiraud 2006 (Chem. Eng. Sci. 61, 3543): e / e_dry = exp(-ST_SCALE / St)
+# fitted to the effective restitution that Gondret et al. 2002 (and Joseph et al. 2001) measured
+ST_SCALE = 35.0
+
+
+def restitution_fit(stokes: float) -> float:
+    """e / e_dry of a sphere bouncing off a wall in a viscous fluid at Stokes number St."""
+    return math.exp(-ST_SCALE / stokes) if stokes > 0 else 0.0
+
+
+class BounceCase(CoupledCase):
+    """Diagnostics of a sphere bouncing off the floor (z = 0): the impact velocity U_in (the
+    fastest descent before the first contact), the rebound velocity U_out (the fastest ascent
+    between the first contact and the next one), the effective restitution e = U_out / U_in
+    over the dry one, the Stokes number of the impact St = rho_s U_in d / (9 mu), and the
+    Legendre et al. fit at that St."""
+
+    def diagnostics(self, times: np.ndarray, track: np.ndarray, fluid: dict) -> dict:
+        if track.size == 0:
+            return {}
+        info = self.info
+        d = info["diameter_m"]
+        gap = track[:, 0, 2] - 0.5 * d
+        w = track[:, 0, 5]
+        touching = np.flatnonzero(gap <= 0.0)
+        if touching.size == 0:
+            return {"impacted": False, "min_gap_over_d": float(gap.min() / d)}
+        first = int(touching[0])
+        u_in = float(-w[: first + 1].min())
+        left = np.flatnonzero((np.arange(len(gap)) > first) & (gap > 0.0))
+        end = len(gap)
+        if left.size:
+            again = np.flatnonzero((np.arange(len(gap)) > left[0]) & (gap <= 0.0))
+            end = int(again[0]) if again.size else end
+        u_out = max(0.0, float(w[first:end].max()))
+        stokes = info["sphere_density"] * u_in * d / (9.0 * info["viscosity_pa_s"])
+        e_dry = info["dry_restitution"]
+        ratio = u_out / u_in / e_dry if u_in > 0 else 0.0
+        return {
+            "impacted": True,
+            "impact_time_s": float(times[first]),
+            "impact_velocity_m_s": u_in,
+            "rebound_velocity_m_s": u_out,
+            "effective_restitution": u_out / u_in if u_in > 0 else 0.0,
+            "restitution_ratio": ratio,
+            "stokes": stokes,
+            "reference_restitution_ratio": restitution_fit(stokes),
+            "restitution_ratio_error": ratio - restitution_fit(stokes),
+            "rebound_height_over_d": float(max(0.0, gap[first:end].max()) / d),
+        }
+
+
 def _material_of(material, density: float) -> dict:
     return {
         "young": material.young,
@@ -164,6 +217,16 @@ def settling_sphere_shape(config: RunConfig) -> tuple[int, int, int]:
 
 
 def build_settling_sphere(config: RunConfig) -> SettlingSphereCase:
+    return _build_falling_sphere(config, SettlingSphereCase)
+
+
+def build_wet_bounce(config: RunConfig) -> BounceCase:
+    return _build_falling_sphere(config, BounceCase)
+
+
+def _build_falling_sphere(config: RunConfig, cls: type[CoupledCase]) -> CoupledCase:
+    """One sphere released from rest above the floor of a closed box (settling_sphere,
+    wet_bounce)."""
     c: SettlingSphereConfig = config.case
     radius = 0.5 * c.diameter
     if c.start_gap + c.diameter > c.box[2] or c.diameter > min(c.box[:2]):
@@ -180,7 +243,7 @@ def build_settling_sphere(config: RunConfig) -> SettlingSphereCase:
         },
         key_prefix="case",
     )  # fmt: skip
-    parts = build_box(config, "settling_sphere", _box_of(c, c.diameter), scene)
+    parts = build_box(config, c.name, _box_of(c, c.diameter), scene)
     reference = next(
         (
             u
@@ -190,8 +253,10 @@ def build_settling_sphere(config: RunConfig) -> SettlingSphereCase:
         None,
     )
     return parts.case(
-        SettlingSphereCase, "settling_sphere", c.output_every,
+        cls, c.name, c.output_every,
         diameter_m=c.diameter, diameter_cells=c.resolution, reference_max_velocity_m_s=reference,
+        sphere_density=c.sphere_density, viscosity_pa_s=c.viscosity,
+        dry_restitution=c.material.restitution,
     )  # fmt: skip
 
 
@@ -377,12 +442,14 @@ def build_sediment(config: RunConfig) -> SedimentCase:
 
 BUILDERS = {
     "settling_sphere": build_settling_sphere,
+    "wet_bounce": build_wet_bounce,
     "sphere_array": build_sphere_array,
     "dkt": build_dkt,
     "sediment": build_sediment,
 }
 GRID_SHAPES = {
     "settling_sphere": settling_sphere_shape,
+    "wet_bounce": settling_sphere_shape,
     "sphere_array": sphere_array_shape,
     "dkt": dkt_shape,
     "sediment": sediment_shape,

@@ -6,6 +6,7 @@ bodies in the fluid) or ``psm``, the partially saturated cells method (kernels/c
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -320,10 +321,17 @@ def _sediment(s: Section) -> SedimentConfig:
     )
 
 
+def _wet_bounce(s: Section) -> SettlingSphereConfig:
+    """``case=wet_bounce``: a sphere falling onto the floor (Gondret et al. 2002), the settling
+    sphere's keys."""
+    return dataclasses.replace(_settling_sphere(s), name="wet_bounce")
+
+
 CoupledCaseConfig = SettlingSphereConfig | SphereArrayConfig | DktConfig | SedimentConfig
 
 COUPLED_CASES: dict[str, Callable[[Section], CoupledCaseConfig]] = {
     "settling_sphere": _settling_sphere,
+    "wet_bounce": _wet_bounce,
     "sphere_array": _sphere_array,
     "dkt": _dkt,
     "sediment": _sediment,

@@ -72,6 +72,7 @@ FOOTPRINTS: dict[str, Footprint] = {
     "cavity": Footprint(wall_velocity=True),
     "duct": Footprint(),
     "settling_sphere": Footprint(coupled=True),
+    "wet_bounce": Footprint(coupled=True),
     "sphere_array": Footprint(solid=False, coupled=True),
     "dkt": Footprint(coupled=True),
     "sediment": Footprint(coupled=True),

@@ -20,6 +20,7 @@ CASES: dict[str, Callable[[Context], CaseResult]] = {
     "settling_sphere": coupled.settling_sphere,
     "sphere_array": coupled.sphere_array,
     "dkt": coupled.dkt,
+    "wet_bounce": coupled.wet_bounce,
     # rigid bodies last: they switch JAX to 64-bit mode for the rest of the process
     "projectile": bodies.projectile,
     "bounce": bodies.bounce,
@@ -29,8 +30,8 @@ CASES: dict[str, Callable[[Context], CaseResult]] = {
 }
 
 BODY_CASES = ("projectile", "bounce", "incline", "cradle", "tumbling")
-# Too long for make test even in their fast variant (two resolved runs of minutes each): run by
-# `python -m validation` and `make validate` only.
-FULL_ONLY = ("dkt",)
+# Too long for make test even in their fast variant (two resolved runs of a minute or more
+# each): run by `python -m validation` and `make validate` only.
+FULL_ONLY = ("dkt", "wet_bounce")
 
 __all__ = ["BODY_CASES", "CASES", "FULL_ONLY"]
