@@ -33,6 +33,9 @@ from solver.errors import ConfigError
 
 MAX_CELLS = 1 << 22  # a larger grid uses larger cells instead of more
 MARGIN_EXTENT_FACTOR = 2.0  # automatic margin at most this many scene extents
+# Verlet skin, of the smallest sphere radius: the pair table is rebuilt once a sphere has moved
+# half of it (a settling packing rebuilds every few hundred steps instead of every step)
+VERLET_SKIN = 0.1
 GENERATORS = ("random_spheres", "clump_lattice")
 
 
@@ -68,7 +71,8 @@ def build_scene_case(case: SceneCaseConfig):
         margin = case.margin
 
     def setup_for(dt: float) -> BodySetup:
-        skin = 2.0 * member_speed * dt  # two spheres approach by at most this per step
+        # at least what two spheres close in one step, and a Verlet skin beyond that
+        skin = max(2.0 * member_speed * dt, VERLET_SKIN * float(radius.min()))
         grid = grid_for_scene(lower - margin, upper + margin, radius, skin, crowding)
         return setup_from_scene(scene, grid, dt, skin, gravity, case.contact_model, case.stiffness)
 
