@@ -279,13 +279,15 @@ def neighbor_pairs(
     )
 
 
-def pair_list(pairs: Pairs) -> tuple[Array, Array, Array]:
-    """Flat view of the table for the contact kernels: i, j, valid, each (P,), P = n max_neighbors.
+def pair_list(pairs: Pairs | Array) -> tuple[Array, Array, Array]:
+    """Flat view of the table (``Pairs`` or its (n, K) partners) for the contact kernels: i, j,
+    valid, each (P,), P = n max_neighbors.
 
     Padding entries have j = -1 and valid False; mask by ``valid`` before using i or j (a gather at
     -1 wraps to the last body in JAX).
     """
-    n, width = pairs.partners.shape
+    partners = pairs.partners if isinstance(pairs, Pairs) else pairs
+    n, width = partners.shape
     i = jnp.repeat(jnp.arange(n, dtype=jnp.int32), width, total_repeat_length=n * width)
-    j = pairs.partners.reshape(-1)
+    j = partners.reshape(-1)
     return i, j, j >= 0

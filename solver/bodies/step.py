@@ -40,7 +40,7 @@ from jax import Array, lax
 from kernels import clump, rigid_body
 from kernels import contact_models as cm
 from kernels.contact import accumulate, sphere_plane, sphere_sphere
-from kernels.neighbor_search import CellGrid, bin_bodies, neighbor_pairs
+from kernels.neighbor_search import CellGrid, bin_bodies, neighbor_pairs, pair_list
 from kernels.rigid_body import Bodies
 
 CONTACT_MODELS = ("hertz", "linear")
@@ -518,10 +518,7 @@ def contact_forces(
         rebuilt = moved > setup.rebuild_distance**2
         partners, history, overflow = lax.cond(rebuilt, rebuild, keep, None)
         reference = jnp.where(rebuilt, xs, reference)
-    width = grid.max_neighbors
-    i = jnp.repeat(jnp.arange(s, dtype=jnp.int32), width, total_repeat_length=s * width)
-    j = partners.reshape(-1)  # the flat view of kernels.neighbor_search.pair_list
-    valid = j >= 0
+    i, j, valid = pair_list(partners)
     if owner is not None:
         valid = valid & (owner[i] != owner[jnp.where(valid, j, 0)])
     js = jnp.where(valid, j, 0)
