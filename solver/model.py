@@ -129,17 +129,23 @@ class Model(Protocol):
 class ChunkHook(Protocol):
     """Host work between chunks that may change the state (the digital twin's seam).
 
-    ``start`` is called once the model exists; ``steps_until`` may shorten the next chunk (so
-    that it ends at an assimilation time); ``after_chunk`` returns the state to continue with
-    (e.g. nudged populations) and runs before outputs and checkpoints of that step; it may
-    change the model's dynamic inputs (e.g. a fluid model's inflow geometry); ``summary`` goes
-    into run.json under the hook's ``name``.
+    ``start`` is called once the model exists, ``ready`` (optional) once its first state exists;
+    ``steps_until`` may shorten the next chunk (so that it ends at an assimilation time);
+    ``after_chunk`` returns the state to continue with (e.g. nudged populations) and runs
+    before outputs and checkpoints of that step; it may change the model's dynamic inputs
+    (e.g. a fluid model's inflow geometry); ``summary`` goes into run.json under the hook's
+    ``name``.
     """
 
     name: str
     unbounded: bool  # run until a signal (service mode) instead of ``total`` steps
 
     def start(self, model: Model, output_dir: Path, first_step: int) -> None: ...
+
+    def ready(self, model: Model, state: Any, first_step: int, chunk: int) -> float:
+        """Before the first chunk (of ``chunk`` steps from ``first_step``): e.g. a timed trial
+        on a copy of ``state``. Returns the seconds it spent compiling that chunk (0: none)."""
+        ...
 
     def steps_until(self, step: int) -> int | None: ...
 

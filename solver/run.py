@@ -155,9 +155,32 @@ def _run(config, output_dir, interactive, stops, hook, model_factory) -> Outcome
         state = model.restored(resumed.state, resumed.host, resumed.step)
         done = resumed.step
     outputs = model.open_outputs(done, resumed is not None, state)
+    timing = {"rate": 0.0, "compile": 0.0, "run": 0.0}
+    compiled: set[int] = set()
+    schedule = model.schedule
+
+    def next_length(done: int) -> int:
+        """Steps of the chunk that starts at ``done``: it ends at the next output, checkpoint
+        or hook time."""
+        n = min(
+            config.chunk,
+            total - done,
+            schedule.next_after(done) - done,
+            (checkpoints.boundary(done) or total) - done,
+        )
+        if hook is not None:
+            n = min(n, hook.steps_until(done) or n)
+        return n
+
     if hook is not None:
         hook.start(model, output_dir, done)
-    timing = {"rate": 0.0, "compile": 0.0, "run": 0.0}
+        ready = getattr(hook, "ready", None)  # optional: e.g. the twin's start-up check
+        if ready is not None and done < total:
+            first = next_length(done)
+            warm = ready(model, state, done, first)  # it may compile the first chunk
+            if warm > 0:
+                compiled.add(first)
+                timing["compile"] += warm
 
     def finish(status: str, steps: int, extra: dict | None = None) -> dict:
         summary = {
@@ -178,9 +201,7 @@ def _run(config, output_dir, interactive, stops, hook, model_factory) -> Outcome
             summary[hook.name] = hook.summary()
         return write_run_json(output_dir / "run.json", summary) if root else summary
 
-    compiled: set[int] = set()
     timed_steps = 0
-    schedule = model.schedule
     with Progress(
         None if unbounded else total,
         model.dt,
@@ -191,14 +212,7 @@ def _run(config, output_dir, interactive, stops, hook, model_factory) -> Outcome
         first_step=done,
     ) as bar:
         while done < total:
-            n = min(
-                config.chunk,
-                total - done,
-                schedule.next_after(done) - done,
-                (checkpoints.boundary(done) or total) - done,
-            )
-            if hook is not None:
-                n = min(n, hook.steps_until(done) or n)
+            n = next_length(done)
             if n < 1:  # a schedule, checkpoint or hook boundary behind the present: a bug
                 raise RuntimeError(f"run loop: chunk of {n} steps at step {done} of {total}")
             t0 = time.perf_counter()

@@ -75,10 +75,14 @@ def test_every_reason_is_counted_exactly_and_quarantined(tmp_path):
         "out_of_order": _msg(sensor="u1", time=0.5, value=[0.1, 0.1]),
         "too_old": _msg(sensor="p1", time=1.0, value=100.0),
         "future": _msg(sensor="p1", time=40.0, value=100.0),
+        # after a skip ahead by 19.5 s at t = 20 s with max_lag 1.9 s: t = 37.5 - 19.5 < 18.1
+        "stale": _msg(sensor="inflow", time=37.5, value=1.0),
     }
     assert ing.ingest(good, "t", 1.0)
     for reason, raw in cases.items():
-        now = 20.0 if reason in ("too_old", "future") else 1.0
+        now = 20.0 if reason in ("too_old", "future", "stale") else 1.0
+        if reason == "stale":
+            ing.validator.shift(19.5, stale_before=18.1)
         assert ing.ingest(raw, "src", now) == [], reason
     assert ing.ingest(good, "src", 1.0) == []  # a redelivery: dropped, counted, not quarantined
     assert ing.ingest(cases["json"], "src", 1.0) == []  # the same bad bytes again

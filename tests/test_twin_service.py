@@ -8,11 +8,13 @@ import json
 import signal
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 
 import pytest
 
+from solver.twin.quarantine import read_quarantine
 from tests.broker import Mosquitto, free_port
 from tests.solver_cli import ROOT
 
@@ -126,6 +128,7 @@ def test_real_time_pacing_and_live_time_origin(tmp_path):
                "fluid.collision=bgk", "twin=mqtt", "twin.mqtt.host=127.0.0.1",
                f"twin.mqtt.port={broker.port}", f"twin.metrics_port={metrics_port}",
                "twin.pace=1.0", "chunk=20", "checkpoint=none", "output=none",
+               "twin.realtime.startup_check=0.5",
                f"hydra.run.dir={run_dir}"]  # fmt: skip
     log = tmp_path / "service.log"
     service = subprocess.Popen(command, cwd=ROOT, stdout=log.open("w"), stderr=subprocess.STDOUT)
@@ -164,3 +167,92 @@ def test_real_time_pacing_and_live_time_origin(tmp_path):
     # never ahead of the wall clock (a scrape may see the value of the chunk about to end)
     ahead = [sim - (wall - origin) for wall, sim in samples if sim is not None]
     assert ahead and max(ahead) < PACE_SLACK_S, ahead
+
+
+@pytest.mark.timeout(600)
+def test_a_twin_too_slow_for_real_time_warns_and_skips_ahead_after_a_stall(tmp_path):
+    """A grid too fine for real time on this machine: the start-up check says so, the twin warns
+    that it cannot keep pace, and with skip_ahead it re-synchronises after being stopped for
+    5 s (SIGSTOP/SIGCONT): back within max_lag of the present, the readings it jumped over in
+    the quarantine as stale, nothing lost (every published reading accepted or quarantined),
+    staleness never negative."""
+    broker = Mosquitto(tmp_path / "broker")
+    broker.start()
+    run_dir = tmp_path / "run"
+    metrics_port = free_port()
+    max_lag = 2.0
+    # resolution 30: 1.5^3 = 3.4x the default cylinder's cost, which itself runs at 0.6-0.85x
+    # real time on a quiet 2-core machine
+    command = [sys.executable, "-m", "solver", "case=cylinder", "case.resolution=30",
+               "twin=mqtt", "twin.mqtt.host=127.0.0.1", f"twin.mqtt.port={broker.port}",
+               f"twin.metrics_port={metrics_port}", "twin.realtime.behind=skip_ahead",
+               f"twin.realtime.max_lag={max_lag}", "twin.realtime.window=2",
+               "twin.realtime.startup_check=0.5", "chunk=50", "checkpoint=none", "output=none",
+               f"hydra.run.dir={run_dir}"]  # fmt: skip
+    log = tmp_path / "service.log"
+    service = subprocess.Popen(command, cwd=ROOT, stdout=log.open("w"), stderr=subprocess.STDOUT)
+    publisher = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id="plant-slow")
+    published = [0]
+    stop = threading.Event()
+
+    def publish() -> None:  # an inflow reading stamped with the wall clock every 50 ms
+        while not stop.is_set():
+            item = {"sensor": "inflow", "time": time.time(), "value": 1.5}
+            publisher.publish("sensors/inflow", json.dumps(item), qos=1)
+            published[0] += 1
+            time.sleep(0.05)
+
+    try:
+        assert _wait_for(lambda: _metric(metrics_port, "solver_twin_ready") == 1.0, 300), (
+            log.read_text()[-2000:]
+        )
+        publisher.connect("127.0.0.1", broker.port)
+        publisher.loop_start()
+        threading.Thread(target=publish, daemon=True).start()
+        assert _wait_for(lambda: "cannot keep pace:" in log.read_text(), 60), log.read_text()
+        skips_before = _metric(metrics_port, "solver_twin_skips_total") or 0.0
+        service.send_signal(signal.SIGSTOP)
+        time.sleep(5.0)
+        service.send_signal(signal.SIGCONT)
+        stalled_at = time.time()
+        assert _wait_for(
+            lambda: (_metric(metrics_port, "solver_twin_skips_total") or 0) > skips_before, 30
+        ), log.read_text()[-2000:]  # fmt: skip
+        # from now on never further behind than max_lag plus one chunk (a fraction of a second)
+        behind = []
+        while time.time() < stalled_at + 4.0:
+            behind.append(_metric(metrics_port, "solver_twin_behind_seconds"))
+            time.sleep(0.3)
+        stop.set()
+        time.sleep(0.2)
+        sent = published[0]
+        assert _wait_for(
+            lambda: (_metric(metrics_port, "solver_twin_messages_total") or 0) >= sent, 60
+        )  # fmt: skip
+        service.send_signal(signal.SIGTERM)
+        assert service.wait(timeout=120) == 0, log.read_text()[-2000:]
+    finally:
+        stop.set()
+        publisher.loop_stop()
+        with contextlib.suppress(Exception):
+            service.kill()
+        broker.stop()
+    text = log.read_text()
+    assert "this case cannot keep pace on this hardware; to keep it: case.resolution=" in text
+    behind = [b for b in behind if b is not None]
+    assert behind and max(behind) < max_lag + 1.0, behind
+    twin = json.loads((run_dir / "run.json").read_text())["twin"]
+    realtime = twin["realtime"]
+    assert realtime["startup_check"]["can_keep_pace"] is False
+    assert realtime["warnings"] >= 1 and realtime["factor"] < 1.0
+    stall = max(realtime["skips"], key=lambda s: s["skipped_s"])
+    assert stall["skipped_s"] >= 5.0 and stall["stale"] > 0  # the stall's backlog
+    assert realtime["max_behind_s"] >= 5.0
+    # nothing lost silently: every reading accepted or in the quarantine with its reason
+    assert twin["messages"] == twin["readings"] == sent
+    assert twin["accepted"] + twin["rejected"] + twin["duplicates"] == sent
+    assert set(twin["rejected_by_reason"]) == {"stale"}
+    records = read_quarantine(run_dir / "quarantine.jsonl")
+    assert len(records) == twin["rejected"] == sum(s["stale"] for s in realtime["skips"])
+    assert all(r["reason"] == "stale" for r in records)
+    assert all(age >= 0.0 for age in twin["staleness_s"].values()), twin["staleness_s"]

@@ -11,6 +11,9 @@ from validation.runner import Simulation, simulate
 from validation.stops import SuiteStops
 
 T = TypeVar("T")
+# fast runs are a few thousand steps: in one chunk they compile once, where chunks of the
+# default length compile twice (the last, shorter chunk is another program)
+FAST_CHUNK = 100_000
 
 
 @dataclass(frozen=True)
@@ -40,6 +43,8 @@ class Context:
         if self.stops is not None:
             self.stops.check()
         slug = re.sub(r"[^A-Za-z0-9_.-]+", "_", label).strip("_")
+        if self.fast:  # short runs: one chunk (one compilation), no progress lines needed
+            overrides = [f"chunk={FAST_CHUNK}", *overrides]
         return simulate(overrides, self.work / case / slug, label)
 
     def plot_path(self, name: str) -> tuple[Path, str]:

@@ -1,4 +1,4 @@
-"""`python -m solver.bench [fluid|scaling|bodies|twin|checkpoint|coupled] [options]`.
+"""`python -m solver.bench [fluid|scaling|bodies|twin|twin_stall|checkpoint|coupled] [options]`.
 
 Without a benchmark name the fluid benchmark runs (MLUPS per lattice and precision against the
 measured memory-copy roofline); each name is one module of this package.
@@ -9,7 +9,7 @@ from __future__ import annotations
 import importlib
 import sys
 
-BENCHMARKS = ("fluid", "scaling", "bodies", "twin", "checkpoint", "coupled")
+BENCHMARKS = ("fluid", "scaling", "bodies", "twin", "twin_stall", "checkpoint", "coupled")
 
 
 def main(argv: list[str] | None = None) -> int:

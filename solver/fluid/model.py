@@ -118,8 +118,14 @@ class FluidModel:
         self.total = config.steps if config.steps is not None else case.default_steps
         self.dt = units.dt
         self.work = setup.cells
+        # whole chunks between outputs (one chunk length, one compilation); without field
+        # outputs no step but the last is an output step
         self.schedule = OutputSchedule.of(
-            self.total, config.output.every, unbounded, OUTPUTS_PER_RUN
+            self.total,
+            config.output.every,
+            unbounded,
+            OUTPUTS_PER_RUN if config.output.fields else 1,
+            config.chunk,
         )
         self.identity = {
             "case": case.name,

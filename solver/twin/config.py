@@ -16,6 +16,28 @@ from solver.twin.mqtt import MqttSettings
 from solver.twin.sensors import Sensor, parse_sensors
 
 MODES = ("none", "replay", "mqtt")
+BEHIND_POLICIES = ("keep", "skip_ahead")
+
+
+@dataclass(frozen=True)
+class RealtimeConfig:
+    """Keeping pace with real time (``solver/twin/realtime.py``).
+
+    Attributes:
+        window: wall s over which the real-time factor and the lag's trend are measured.
+        behind: ``keep`` (assimilate every reading, late) or ``skip_ahead`` (re-synchronise to
+            the present when more than ``max_lag`` behind; the readings older than ``max_lag``
+            before the present are quarantined as ``stale``).
+        max_lag: wall s; skip_ahead's trigger and the age bound of the readings it keeps.
+        warn_every: wall s between repeated warnings while the twin cannot keep pace.
+        startup_check: wall s of the timed run before the service reports ready (0: none).
+    """
+
+    window: float = 30.0
+    behind: str = "keep"
+    max_lag: float = 10.0
+    warn_every: float = 60.0
+    startup_check: float = 3.0
 
 
 @dataclass(frozen=True)
@@ -69,6 +91,7 @@ class TwinConfig:
         logged); None: no metrics server.
     metrics_address: the address the metrics server binds (127.0.0.1: this machine only).
     service: run until SIGTERM (then checkpoint and exit 0) instead of ``steps``.
+    realtime: the real-time factor, the warning and the policy for falling behind.
     """
 
     mode: str
@@ -90,6 +113,7 @@ class TwinConfig:
     service: bool = False
     enkf: EnkfConfig = EnkfConfig(False, 16, 1.05, 0.02, 0.1)
     forecast: ForecastConfig = ForecastConfig(False, 1.0, 0.5, 0.05, (1.0,), None)
+    realtime: RealtimeConfig = RealtimeConfig()
 
     @property
     def enabled(self) -> bool:
@@ -228,6 +252,17 @@ def parse_twin(data: Any) -> TwinConfig:
     )
     if forecast.enabled and enkf.enabled:
         raise ConfigError("twin.forecast.enabled", True, "false with twin.enkf (not yet both)")
+    r = _Keys("twin.realtime", s.get("realtime", {}))
+    behind = r.get("behind", "keep")
+    if behind not in BEHIND_POLICIES:
+        raise ConfigError("twin.realtime.behind", behind, " | ".join(BEHIND_POLICIES))
+    realtime = RealtimeConfig(
+        window=r.number("window", 30.0, 0.0, open_low=True),
+        behind=behind,
+        max_lag=r.number("max_lag", 10.0, 0.0, open_low=True),
+        warn_every=r.number("warn_every", 60.0, 0.0),
+        startup_check=r.number("startup_check", 3.0, 0.0),
+    )
     metrics_port = s.get("metrics_port")
     if metrics_port is not None and (
         isinstance(metrics_port, bool) or not isinstance(metrics_port, int)
@@ -256,4 +291,5 @@ def parse_twin(data: Any) -> TwinConfig:
         service=s.flag("service", False),
         enkf=enkf,
         forecast=forecast,
+        realtime=realtime,
     )

@@ -40,6 +40,7 @@ REASONS = (
     "out_of_order",  # older than the sensor's last accepted reading
     "too_old",  # older than the accepted age
     "future",  # ahead of the twin's clock by more than allowed
+    "stale",  # from before the point where a twin that fell behind skipped ahead to the present
     "internal",  # a bug in the ingestion code (logged with its traceback); never by design
 )
 

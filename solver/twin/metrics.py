@@ -1,11 +1,15 @@
 """Prometheus metrics of a twin run (prometheus-client), served over HTTP while it runs.
 
 Exported (prefix ``solver_twin_``): ``messages_total``, ``readings_accepted_total``,
-``readings_rejected_total{reason}``, ``duplicates_total``, ``ingest_lag_seconds`` (replay: how
-far the run is behind its pace; live: wall time since the newest message arrived when the chunk
-ended), ``steps_per_second``, ``simulation_time_seconds``, ``innovation_rms`` (m/s, the last
-update's), ``sensor_staleness_seconds{sensor}``. Each run has its own registry, so several runs in
-one process (tests, the free and the assimilated run) do not collide.
+``readings_rejected_total{reason}``, ``duplicates_total``, ``ingest_lag_seconds`` (with a pace:
+how far the run is behind it; live without one: wall time since the oldest waiting message
+arrived when the chunk ended), ``steps_per_second``, ``simulation_time_seconds``,
+``innovation_rms`` (m/s, the last update's), ``sensor_staleness_seconds{sensor}`` (s since the
+sensor's newest reading on the twin's clock, never negative), ``realtime_factor`` (simulated s
+per wall s over ``twin.realtime.window``), ``behind_seconds`` (wall s behind the pace or real
+time), ``skips_total`` (skips ahead to the present), ``ready`` (1 once the start-up check is
+done). Each run has its own registry, so several runs in one process (tests, the free and the
+assimilated run) do not collide.
 """
 
 from __future__ import annotations
@@ -32,8 +36,13 @@ class TwinMetrics:
         self.sim_time = Gauge(f"{PREFIX}_simulation_time_seconds", "simulated time", registry=r)
         self.innovation = Gauge(f"{PREFIX}_innovation_rms", "RMS innovation, m/s", registry=r)
         self.staleness = Gauge(f"{PREFIX}_sensor_staleness_seconds",
-                               "simulated time since a sensor's last reading", ["sensor"],
-                               registry=r)  # fmt: skip
+                               "s since a sensor's newest reading, on the twin's clock",
+                               ["sensor"], registry=r)  # fmt: skip
+        self.factor = Gauge(f"{PREFIX}_realtime_factor",
+                            "simulated s per wall s over the window", registry=r)  # fmt: skip
+        self.behind = Gauge(f"{PREFIX}_behind_seconds", "wall s behind the pace", registry=r)
+        self.skips = Counter(f"{PREFIX}_skips", "skips ahead to the present", registry=r)
+        self.ready = Gauge(f"{PREFIX}_ready", "1 once the start-up check is done", registry=r)
         self._seen: dict[str, float] = {}
         self.server = None
         self.port = None
@@ -56,6 +65,9 @@ class TwinMetrics:
         time_s: float,
         innovation_rms: float | None,
         staleness_s: dict[str, float],
+        realtime_factor: float | None = None,
+        behind_s: float | None = None,
+        skips: int = 0,
     ) -> None:
         self._add("messages", counts.get("messages", 0), self.messages)
         self._add("accepted", counts.get("accepted", 0), self.accepted)
@@ -70,6 +82,11 @@ class TwinMetrics:
             self.innovation.set(innovation_rms)
         for sensor, age in staleness_s.items():
             self.staleness.labels(sensor=sensor).set(age)
+        if realtime_factor is not None:
+            self.factor.set(realtime_factor)
+        if behind_s is not None:
+            self.behind.set(behind_s)
+        self._add("skips", skips, self.skips)
 
     def close(self) -> None:
         if self.server is not None:

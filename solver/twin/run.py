@@ -62,7 +62,11 @@ def run_twin(config: RunConfig, output_dir: Path, interactive: bool | None = Non
         from solver.twin.ensemble import run_ensemble
 
         return run_ensemble(config, output_dir, extra)
-    hook = TwinHook(twin, assimilate=True, extra_summary=extra)
+    tunables = {
+        "resolution": getattr(config.case, "resolution", None),
+        "u_lattice": config.fluid.u_lattice,
+    }
+    hook = TwinHook(twin, assimilate=True, extra_summary=extra, tunables=tunables)
     outcome = simulate(config, output_dir, interactive, hook=hook)
     if hook.held_out and outcome.density is not None:
         path = plot_held_out(output_dir / "twin_probes.png", hook, free_hook)

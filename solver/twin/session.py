@@ -9,6 +9,13 @@ samples the model at the probes, and, when assimilating:
 - nudging: the velocity near each probe that is not held out relaxes toward its reading
   (``kernels.nudging``), with the configured gain and radius.
 
+A twin with a pace, or on a live clock, keeps a schedule (``solver.twin.realtime``): it waits when
+ahead, measures its real-time factor and lag, warns when it cannot keep pace, and with
+``twin.realtime.behind=skip_ahead`` jumps its clock to the present when it falls more than
+``max_lag`` behind (the readings it jumped over are quarantined as ``stale``). Before the first
+chunk a short timed run (``ready``) says whether the case can keep pace on this hardware; the
+service is ready after it (the ``solver_twin_ready`` metric, ``twin_ready.json``).
+
 Held-out probes are never assimilated: the model's values there against their readings give
 the twin's error (``held_out_rms``). Probe positions are in m; the grid node (i, j[, k]) sits at
 origin + (index + 1/2) dx. Single process for now (the probe sampling gathers from one device).
@@ -17,6 +24,7 @@ origin + (index + 1/2) dx. Single process for now (the probe sampling gathers fr
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import time
 from pathlib import Path
@@ -28,10 +36,12 @@ import numpy as np
 
 from kernels import nudging
 from solver.errors import ConfigError
+from solver.fluid.config import MAX_MACH
 from solver.fluid.step import macroscopic
 from solver.twin.config import TwinConfig
 from solver.twin.ingest import Ingestor
 from solver.twin.quarantine import Quarantine
+from solver.twin.realtime import RealTimeMonitor, Schedule, SpeedAdvice
 from solver.twin.replay import ReplaySource
 from solver.twin.sources import take_due
 from solver.twin.validate import Observation, Validator
@@ -47,8 +57,17 @@ class TwinHook:
 
     name = "twin"
 
-    def __init__(self, config: TwinConfig, assimilate: bool, extra_summary: dict | None = None):
+    def __init__(
+        self,
+        config: TwinConfig,
+        assimilate: bool,
+        extra_summary: dict | None = None,
+        tunables: dict | None = None,
+    ):
+        """``tunables``: the run config's ``resolution`` (case.resolution, None if the case has
+        none) and ``u_lattice`` (fluid.u_lattice), for the advice of the real-time warning."""
         self.config = config
+        self.tunables = dict(tunables or {})
         self.unbounded = config.service  # service mode: until SIGTERM
         self.assimilate = assimilate
         self.extra_summary = dict(extra_summary or {})
@@ -67,6 +86,13 @@ class TwinHook:
         self._lag_s = 0.0
         self._rate = 0.0
         self._last_wall: tuple[float, int] | None = None
+        self.live = config.mode == "mqtt" and config.time_origin is None
+        # the rate to keep: the pace, or real time for a live clock
+        self.rate = config.pace if config.pace is not None else (1.0 if self.live else None)
+        self.schedule: Schedule | None = None
+        self.monitor = RealTimeMonitor(config.realtime, self.rate)
+        self.advice: SpeedAdvice | None = None
+        self.ready_path: Path | None = None
 
     # --- ChunkHook ---
 
@@ -77,6 +103,15 @@ class TwinHook:
             raise ConfigError("twin.mode", cfg.mode, "a single-process run (for now)")
         setup, units = case.setup, case.units
         self.setup, self.units, self.case = setup, units, case
+        u_lattice = self.tunables.get("u_lattice")
+        if u_lattice:
+            self.advice = self.monitor.advice = SpeedAdvice(
+                dimension=setup.lattice.d,
+                resolution=self.tunables.get("resolution"),
+                u_lattice=u_lattice,
+                u_lattice_max=u_lattice * MAX_MACH / case.mach if case.mach > 0 else u_lattice,
+                devices=dist.decomposition.shards,
+            )
         self.dt = units.dt
         d = setup.lattice.d
         shape = np.asarray(setup.shape)
@@ -145,11 +180,11 @@ class TwinHook:
             )  # fmt: skip
             self.forecast_steps = max(1, round(fc.every / units.dt))
         origin = cfg.time_origin
-        if origin is None:  # live: simulation time 0 is the wall clock now (minus a resume)
-            origin = time.time() - first_step * units.dt
-            log.info("twin: time origin %.3f s (UNIX time of simulation time 0)", origin)
+        if origin is None:  # live: simulation time 0 is the wall clock now (minus a resume);
+            origin = time.time() - first_step * units.dt  # set again once ready
         self.time_origin = origin
-        self._pace_start: tuple[float, float] | None = None
+        self.ready_path = Path(output_dir) / "twin_ready.json"
+        self.ready_path.unlink(missing_ok=True)  # a previous run's: not ready yet
         validator = Validator(cfg.sensors, origin, cfg.max_age, cfg.max_future)
         self.quarantine_path = Path(output_dir) / cfg.quarantine
         if self.probes:
@@ -162,7 +197,7 @@ class TwinHook:
                                  cfg.max_message_bytes)  # fmt: skip
         if cfg.mode == "replay":
             try:
-                self.source = ReplaySource(cfg.recording, cfg.time_origin, cfg.pace)
+                self.source = ReplaySource(cfg.recording, cfg.time_origin)
             except (OSError, ValueError) as err:
                 raise ConfigError(
                     "twin.recording", cfg.recording, "a readable CSV or HDF5 recording",
@@ -191,6 +226,47 @@ class TwinHook:
             "assimilating" if self.assimilate else "free run (no assimilation)",
         )  # fmt: skip
 
+    def ready(self, model, state, first_step: int, chunk: int) -> float:
+        """Before the first chunk: with a rate to keep, time ``chunk``-step chunks on a copy of
+        ``state`` for ``twin.realtime.startup_check`` s and log whether the case can keep pace;
+        then start the live clock and report ready. Returns the seconds spent compiling."""
+        compile_s = 0.0
+        check_s = self.config.realtime.startup_check
+        if self.rate is not None and check_s > 0:
+            steps_per_s, compile_s = _timed_rate(model, state, chunk, check_s)
+            factor = steps_per_s * self.dt
+            keeps = factor >= self.rate
+            self.monitor.startup = {
+                "factor": factor,
+                "steps_per_s": steps_per_s,
+                "pace": self.rate,
+                "can_keep_pace": keeps,
+                "seconds": check_s,
+                "compile_s": compile_s,
+            }
+            if keeps:
+                log.info("twin: start-up check: %.3g simulated s per wall s (%.4g steps/s) "
+                         "against pace %g: can keep pace (%.2gx margin)", factor, steps_per_s,
+                         self.rate, factor / self.rate)  # fmt: skip
+            else:
+                advice = ""
+                if self.advice is not None and factor > 0:
+                    advice = "; to keep it: " + self.advice.text(1.1 * self.rate / factor)
+                log.warning("twin: start-up check: %.3g simulated s per wall s (%.4g steps/s) "
+                            "against pace %g: this case cannot keep pace on this hardware%s",
+                            factor, steps_per_s, self.rate, advice)  # fmt: skip
+        if self.live:  # simulation time `first_step * dt` is now: compiling is not lag
+            self.time_origin = time.time() - first_step * self.dt
+            self.ingestor.validator.time_origin = self.time_origin
+            self.schedule = Schedule(self.rate, self.time_origin)
+            log.info("twin: time origin %.3f s (UNIX time of simulation time 0)", self.time_origin)
+        if self.metrics is not None:
+            self.metrics.ready.set(1)
+        self.ready_path.write_text(json.dumps({"ready": True, "startup_check": self.monitor.startup,
+                                               "time_origin_s": self.time_origin}))  # fmt: skip
+        log.info("twin: ready")
+        return compile_s
+
     def steps_until(self, step: int) -> int | None:
         periods = [p for p in (self.every_steps, self.forecast_steps) if p is not None]
         if not periods:
@@ -209,7 +285,7 @@ class TwinHook:
         if self._last_wall is not None and wall > self._last_wall[0]:
             self._rate = (step - self._last_wall[1]) / (wall - self._last_wall[0])
         self._last_wall = (wall, step)
-        fresh = self._ingest(now)
+        fresh = self._ingest(step, now)
         if self.metrics is not None:
             self._publish_metrics()
         if self._nominal is None and self.inlet is not None:
@@ -276,42 +352,76 @@ class TwinHook:
                 self.nudges += 1
         return state, geometry
 
-    def _ingest(self, now: float) -> list[Observation]:
+    def _ingest(self, step: int, now: float) -> list[Observation]:
+        behind = self._keep_schedule(now)
+        skip = None
+        if behind is not None and self.monitor.should_skip(behind):
+            skip = self._skip_ahead(step, now, behind)
+            behind = 0.0
+        stale_before = self.ingestor.quarantine.counts.get("stale", 0)
         clock = None
         if self.config.mode == "mqtt":
-            self._pace(now)
             # on a live clock, a reading's age is judged against the wall clock: a run that lags
             # (compiling, slower than real time) must not call the present "the future"
-            if self.config.time_origin is None:
+            if self.live:
                 clock = time.time() - self.time_origin
             waiting = self.source.oldest_arrival()
         accepted = take_due(self.source, self.ingestor, now, clock)
-        if self.config.mode == "replay":
-            self._lag_s = self.source.lag_s
-        elif not self.config.pace:
+        if self.config.mode == "mqtt" and self.config.pace is None:
             self._lag_s = 0.0 if waiting is None else time.time() - waiting
+        elif behind is not None:
+            self._lag_s = behind
+        stale = self.ingestor.quarantine.counts.get("stale", 0) - stale_before
+        if stale and self.monitor.skips:  # backlog that arrives later counts to its skip
+            self.monitor.skips[-1]["stale"] += stale
+        if skip is not None:
+            log.warning(
+                "twin: %.3g s behind real time (> twin.realtime.max_lag = %g s): skipped ahead to "
+                "the present at t = %.4g s (step %d); readings more than %g s older than that go "
+                "to the quarantine as stale (%d so far)", skip["skipped_s"],
+                self.config.realtime.max_lag, now, step, self.config.realtime.max_lag, stale,
+            )  # fmt: skip
+        if self.schedule is not None:
+            self.monitor.observe(time.time(), now, behind or 0.0)
         for obs in accepted:
             self.latest[obs.sensor] = obs
         return accepted
 
-    def _pace(self, now: float) -> None:
-        """Live with ``pace`` p: keep the simulation at most p simulated seconds per wall second
-        (1.0: real time); ``_lag_s`` says how far (wall s) it is behind that schedule."""
-        pace = self.config.pace
-        if pace is None:
-            return
+    def _keep_schedule(self, now: float) -> float | None:
+        """Wait while ahead of the schedule (with a pace); wall s behind it (None: no schedule).
+        A live clock is absolute (simulation time t belongs to the wall-clock time origin + t /
+        rate, set when the twin became ready); otherwise the schedule counts from the first
+        chunk end."""
+        if self.rate is None:
+            return None
         wall = time.time()
-        if self._pace_start is None:
-            # a live clock (time_origin null) is absolute: simulation time t belongs to the
-            # wall-clock time origin + t / pace, so time spent compiling is caught up; otherwise
-            # the pace counts from the first chunk end
-            live = self.config.time_origin is None
-            self._pace_start = (self.time_origin, 0.0) if live else (wall, now)
-        target = self._pace_start[0] + (now - self._pace_start[1]) / pace
-        if target > wall:
+        if self.schedule is None:
+            start = self.time_origin if self.live else wall - now / self.rate
+            self.schedule = Schedule(self.rate, start)
+        target = self.schedule.target(now)
+        if self.config.pace is not None and target > wall:
             time.sleep(target - wall)
             wall = target
-        self._lag_s = wall - target
+        return self.schedule.behind(now, wall)
+
+    def _skip_ahead(self, step: int, now: float, behind: float) -> dict:
+        """Re-synchronise to the present: simulation time ``now`` becomes the present (the
+        schedule and the source clock move by ``behind`` wall s), and readings older than
+        ``max_lag`` before it will be quarantined as stale."""
+        seconds = behind * self.rate  # simulated seconds jumped over
+        self.schedule.shift(behind)
+        if self.live:
+            self.time_origin += seconds
+        if isinstance(self.source, ReplaySource):
+            self.source.time_origin += seconds
+        self.ingestor.validator.shift(seconds, now - self.config.realtime.max_lag * self.rate)
+        return self.monitor.skipped(step, now, seconds)
+
+    def staleness(self) -> dict[str, float]:
+        """s since each sensor's newest accepted reading, on the twin's clock (the wall clock
+        for a live twin, else simulation time); never negative."""
+        present = time.time() - self.time_origin if self.live else self._now
+        return {sid: max(0.0, present - obs.time) for sid, obs in sorted(self.latest.items())}
 
     def _publish_metrics(self) -> None:
         ing = self.ingestor
@@ -322,7 +432,10 @@ class TwinHook:
             steps_per_s=self._rate,
             time_s=self._now,
             innovation_rms=self.innovation_rms[-1][1] if self.innovation_rms else None,
-            staleness_s={sid: self._now - obs.time for sid, obs in self.latest.items()},
+            staleness_s=self.staleness(),
+            realtime_factor=self.monitor.factor,
+            behind_s=self.monitor.behind if self.schedule is not None else None,
+            skips=len(self.monitor.skips),
         )
 
     def held_out_rms(self) -> float | None:
@@ -334,9 +447,7 @@ class TwinHook:
     def summary(self) -> dict:
         ing = self.ingestor
         counts = dict(ing.counts) if ing is not None else {}
-        staleness = {
-            sid: (self._now - obs.time) for sid, obs in sorted(self.latest.items())
-        }  # s since each sensor's last accepted reading
+        staleness = self.staleness()
         never = sorted(set(self.config.sensors) - set(self.latest))
         out = {
             "mode": self.config.mode,
@@ -358,6 +469,7 @@ class TwinHook:
             "probes_csv": str(self.probes_path) if self._probe_log is not None else None,
             "time_origin_s": getattr(self, "time_origin", None),
             "lag_s": self._lag_s,
+            "realtime": self.monitor.summary(),
         }
         if self.forecaster is not None:
             out["forecasts"] = len(self.forecaster.issued)
@@ -371,6 +483,8 @@ class TwinHook:
         return out
 
     def close(self) -> None:
+        if self.ready_path is not None:
+            self.ready_path.unlink(missing_ok=True)
         if self._probe_log is not None:
             self._probe_log.close()
         if self.metrics is not None:
@@ -379,3 +493,21 @@ class TwinHook:
             self.ingestor.quarantine.close()
         if self.config.mode == "mqtt" and self.source is not None:
             self.source.stop()
+
+
+def _timed_rate(model, state, chunk: int, seconds: float) -> tuple[float, float]:
+    """Steps per wall second of ``model`` in ``chunk``-step chunks, timed for about ``seconds``
+    on a copy of ``state`` (the chunk donates its input); and the seconds the first chunk took
+    (compiling: the run loop then finds that chunk compiled)."""
+    start = time.perf_counter()
+    trial, _ = model.advance(jax.tree.map(jnp.copy, state), chunk)
+    jax.block_until_ready(trial)
+    compile_s = time.perf_counter() - start
+    steps, start = 0, time.perf_counter()
+    while True:
+        trial, _ = model.advance(trial, chunk)
+        jax.block_until_ready(trial)
+        steps += chunk
+        elapsed = time.perf_counter() - start
+        if elapsed >= seconds:
+            return steps / elapsed, compile_s

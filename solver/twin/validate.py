@@ -2,7 +2,9 @@
 
 A ``Validator`` keeps the last accepted time of every sensor, so it sees readings out of order
 and redeliveries (MQTT QoS 1 delivers at least once). Times are mapped to simulation time by
-``time_origin`` (the source time of simulation time 0). Nothing here raises.
+``time_origin`` (the source time of simulation time 0); a twin that skips ahead to the present
+moves that origin (``shift``) and calls readings from before the skip ``stale``. The per-sensor
+memory is kept in source time, so it is unchanged by a shift. Nothing here raises.
 """
 
 from __future__ import annotations
@@ -45,12 +47,17 @@ class Validator:
     time_origin: s, the source time that is simulation time 0.
     max_age: s, readings older than now - max_age are rejected (inf: never).
     max_future: s, readings later than now + max_future are rejected (inf: never).
+    stale_before: s (simulation time), readings before this are rejected as ``stale``: set by
+        a skip ahead to the present, so the backlog it jumped over is quarantined, not lost.
+    last_time, recent: per sensor, the last accepted source time and the recent accepted
+        (source time: value) pairs.
     """
 
     sensors: dict[str, Sensor]
     time_origin: float = 0.0
     max_age: float = math.inf
     max_future: float = math.inf
+    stale_before: float = -math.inf
     last_time: dict[str, float] = field(default_factory=dict)
     recent: dict[str, OrderedDict] = field(default_factory=dict)
     _limits: dict[str, tuple[list[float], list[float]]] = field(default_factory=dict)
@@ -105,20 +112,28 @@ class Validator:
             norm = math.sqrt(sum(q * q for q in value[3:]))
             if abs(norm - 1.0) > QUATERNION_TOLERANCE:
                 return reject("out_of_range", f"{sensor.id}: |quaternion| = {norm:.6g}, not 1")
-        time = reading.time - self.time_origin
+        source_time = reading.time
+        time = source_time - self.time_origin
         if not math.isfinite(time):
             return reject("non_finite", f"{sensor.id}: time not finite after the origin shift")
         recent = self.recent.setdefault(sensor.id, OrderedDict())
-        if time in recent:
-            if recent[time] == value:
+        if source_time in recent:
+            if recent[source_time] == value:
                 return Duplicate(sensor.id, time)
             return reject(
                 "out_of_order", f"{sensor.id}: another value at t = {time:.6f} s was accepted"
             )
         last = self.last_time.get(sensor.id)
-        if last is not None and time < last:
+        if last is not None and source_time < last:
             return reject(
-                "out_of_order", f"{sensor.id}: t = {time:.6f} s before the last {last:.6f} s"
+                "out_of_order",
+                f"{sensor.id}: t = {time:.6f} s before the last {last - self.time_origin:.6f} s",
+            )
+        if time < self.stale_before:
+            return reject(
+                "stale",
+                f"{sensor.id}: t = {time:.6f} s is before {self.stale_before:.6f} s, where the "
+                "twin skipped ahead to the present",
             )
         if time < now - self.max_age:
             return reject(
@@ -130,8 +145,14 @@ class Validator:
                 "future",
                 f"{sensor.id}: t = {time:.6f} s is over {self.max_future:g} s after {now:.6f} s",
             )
-        self.last_time[sensor.id] = time
-        recent[time] = value
+        self.last_time[sensor.id] = source_time
+        recent[source_time] = value
         if len(recent) > RECENT:
             recent.popitem(last=False)
         return Observation(sensor.id, time, np.array(value))
+
+    def shift(self, seconds: float, stale_before: float) -> None:
+        """Simulation time now starts ``seconds`` later on the source's clock (a skip ahead);
+        readings before simulation time ``stale_before`` (new clock) are stale from now on."""
+        self.time_origin += seconds
+        self.stale_before = max(self.stale_before - seconds, stale_before)
