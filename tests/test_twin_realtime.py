@@ -68,6 +68,9 @@ def test_a_twin_that_keeps_pace_is_not_warned_and_recovery_is_logged(caplog):
         assert monitor.warnings >= 1
         _feed(monitor, 1.5, 8.0, (wall, t))  # catches up (a paced twin waits at the schedule)
     assert any("back in step" in r.getMessage() for r in caplog.records)
+    reports = [r for r in caplog.records if r.levelno == logging.INFO
+               and "over the last 4 s" in r.getMessage()]  # fmt: skip
+    assert len(reports) == 5  # once per window: from the first chunk end (0.5 s), 4.5 .. 20.5 s
     assert monitor.summary()["keeping_pace"] is True
     assert monitor.max_behind == pytest.approx(3.0)
 

@@ -12,6 +12,7 @@ a sliding window of ``twin.realtime.window`` wall seconds:
 - the real-time factor: simulated seconds per wall second over the window (waits for the pace
   included: a twin that keeps pace shows the pace);
 - the lag's trend: wall seconds of lag gained per wall second over the window;
+- a log line with the factor (and the lag) once per window;
 - a warning when the twin cannot keep pace (factor below the rate over at least half a window
   while more than ``BEHIND_TOLERANCE_S`` behind), with the figures and what would restore it,
   repeated at most every ``warn_every`` s while it lasts; a note when it is back in step;
@@ -124,6 +125,7 @@ class RealTimeMonitor:
     startup: dict | None = None
     _points: deque = field(default_factory=deque)  # (wall, simulation time, behind)
     _last_warning: float | None = None
+    _last_report: float | None = None
     _slow: bool = False
 
     def observe(self, wall: float, t: float, behind: float) -> None:
@@ -146,6 +148,13 @@ class RealTimeMonitor:
             self.factor_min = (
                 self.factor if self.factor_min is None else min(self.factor_min, self.factor)
             )
+        if self._last_report is None:
+            self._last_report = first[0]
+        if wall - self._last_report >= self.config.window:  # the factor in the log, per window
+            self._last_report = wall
+            pace = "" if self.rate is None else f" against pace {self.rate:g}"
+            log.info("twin: %.3g simulated s per wall s over the last %g s%s, %.3g s behind",
+                     self.factor, self.config.window, pace, behind)  # fmt: skip
         if self.rate is None:
             return
         slow = full and behind > BEHIND_TOLERANCE_S and self.factor < KEEP_PACE_MARGIN * self.rate
