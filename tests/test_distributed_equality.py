@@ -10,6 +10,13 @@ multiply-add in its vectorised loop bodies, and a block of another shape puts so
 loop remainder that is compiled differently. The Bouzidi interpolation is where this shows (the
 other rules' expressions round the same either way). ``test_curved_walls_bitwise_without_fma``
 shows that this is the only cause: without FMA (--xla_cpu_max_isa=AVX) they are bitwise too.
+
+The 3D and the MPI comparisons compile with LLVM's optimisations off (``FAST_COMPILE``): these
+runs are a few steps, so compilation is nearly all their time, and it halves (a D3Q19 channel
+program 14.6 -> 8.0 s). Whether a decomposition equals one device is a property of the XLA
+program (halos, faces, sums), which is the same at every LLVM level; only the FMA contraction
+differs (none at -O0: curved walls come out bitwise there), so the D2Q9 comparisons, curved walls
+included, keep the production level and check the FMA bound.
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ from mpi import mpirun
 
 ROOT = Path(__file__).resolve().parent.parent
 WORKER = str(Path(__file__).resolve().parent / "distributed_worker.py")
+FAST_COMPILE = "--xla_backend_optimization_level=0"
 # max |f - f_ref| for curved walls with FMA on; measured <= 2.4e-7 after 5 float32 steps
 # (populations ~0.03-0.4, so a few ulps)
 CURVED_FMA_BOUND = 2e-6
@@ -78,20 +86,20 @@ def finish(proc: subprocess.Popen, timeout: float = 1100) -> str:
 
 
 @pytest.mark.parametrize(
-    ("lattice", "meshes", "scenarios", "expected"),
+    ("lattice", "meshes", "scenarios", "expected", "flags"),
     [
         # one split axis beside an unsplit one; both split with an interior shard along x
         # (4 x 2: shifts between remote neighbours on both sides, corners across shards)
-        ("D2Q9", ["1,2", "4,2"], ALL, 6),
+        ("D2Q9", ["1,2", "4,2"], ALL, 6, ""),
         # edges cross shards in x-z; 3D periodic edges are split over 4 MPI ranks (D3Q27)
-        ("D3Q19", ["2,1,2"], ["channel", "curved"], 2),
+        ("D3Q19", ["2,1,2"], ["channel", "curved"], 2, FAST_COMPILE),
         # edges and corners cross shards; 3D edges run in make test (D3Q19 here, D3Q27 on MPI)
-        pytest.param("D3Q27", ["2,2,2"], ALL, 3, marks=pytest.mark.long),
+        pytest.param("D3Q27", ["2,2,2"], ALL, 3, FAST_COMPILE, marks=pytest.mark.long),
     ],
 )
 @pytest.mark.timeout(1200)
-def test_fake_devices(lattice, meshes, scenarios, expected):
-    proc = run_fake(["--lattices", lattice, "--meshes", *meshes, "--scenarios", *scenarios])
+def test_fake_devices(lattice, meshes, scenarios, expected, flags):
+    proc = run_fake(["--lattices", lattice, "--meshes", *meshes, "--scenarios", *scenarios], flags)
     check(records(finish(proc)), expected)
 
 
@@ -128,6 +136,6 @@ def test_curved_walls_bitwise_without_fma():
 )
 def test_mpi_processes(processes, halo, lattice, meshes, scenarios):
     args = ["--halo", halo, "--lattices", lattice, "--meshes", *meshes, "--scenarios", *scenarios]
-    result = mpirun(processes, [WORKER, *args], timeout=1100)
+    result = mpirun(processes, [WORKER, *args], timeout=1100, extra_env={"XLA_FLAGS": FAST_COMPILE})
     assert result.returncode == 0, result.stderr[-3000:]
     check(records(result.stdout), len(meshes) * len(scenarios))
