@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from solver.twin.messages import Rejection
+from solver.twin.realtime import Schedule
 
 TIME_SLACK = 1e-9  # s: a reading at the chunk end counts as due despite round-off
 
@@ -119,7 +120,7 @@ class ReplaySource:
         self.time_origin = time_origin
         self.pace = pace
         self.position = 0
-        self._wall_start: float | None = None
+        self._schedule: Schedule | None = None
         self.lag_s = 0.0
 
     @property
@@ -135,13 +136,13 @@ class ReplaySource:
         """The messages up to simulation time ``now`` (s) not handed over yet."""
         if self.pace is not None:
             wall = time.monotonic()
-            if self._wall_start is None:
-                self._wall_start = wall - now / self.pace
-            target = self._wall_start + now / self.pace
+            if self._schedule is None:  # paced from the first call
+                self._schedule = Schedule(self.pace, wall, now)
+            target = self._schedule.target(now)
             if target > wall:
                 time.sleep(target - wall)
                 wall = target
-            self.lag_s = max(0.0, wall - target)
+            self.lag_s = self._schedule.behind(now, wall)
         out = []
         while self.position < len(self.records):
             record = self.records[self.position]

@@ -91,7 +91,6 @@ class TwinHook:
         self.rate = config.pace if config.pace is not None else (1.0 if self.live else None)
         self.schedule: Schedule | None = None
         self.monitor = RealTimeMonitor(config.realtime, self.rate)
-        self.advice: SpeedAdvice | None = None
         self.ready_path: Path | None = None
 
     # --- ChunkHook ---
@@ -105,7 +104,7 @@ class TwinHook:
         self.setup, self.units, self.case = setup, units, case
         u_lattice = self.tunables.get("u_lattice")
         if u_lattice:
-            self.advice = self.monitor.advice = SpeedAdvice(
+            self.monitor.advice = SpeedAdvice(
                 dimension=setup.lattice.d,
                 resolution=self.tunables.get("resolution"),
                 u_lattice=u_lattice,
@@ -250,8 +249,8 @@ class TwinHook:
                          self.rate, factor / self.rate)  # fmt: skip
             else:
                 advice = ""
-                if self.advice is not None and factor > 0:
-                    advice = "; to keep it: " + self.advice.text(1.1 * self.rate / factor)
+                if self.monitor.advice is not None and factor > 0:
+                    advice = "; to keep it: " + self.monitor.advice.text(1.1 * self.rate / factor)
                 log.warning("twin: start-up check: %.3g simulated s per wall s (%.4g steps/s) "
                             "against pace %g: this case cannot keep pace on this hardware%s",
                             factor, steps_per_s, self.rate, advice)  # fmt: skip
@@ -395,9 +394,9 @@ class TwinHook:
         if self.rate is None:
             return None
         wall = time.time()
-        if self.schedule is None:
-            start = self.time_origin if self.live else wall - now / self.rate
-            self.schedule = Schedule(self.rate, start)
+        if self.schedule is None:  # live: set when ready; else from the first chunk end
+            live = (self.time_origin, 0.0)
+            self.schedule = Schedule(self.rate, *(live if self.live else (wall, now)))
         target = self.schedule.target(now)
         if self.config.pace is not None and target > wall:
             time.sleep(target - wall)
