@@ -206,3 +206,146 @@ def test_lubrication_matches_brenner_and_is_equal_and_opposite():
     expected = 6 * math.pi * mu * (radius / 2) ** 2 * (1 / 1e-4 - 1 / cutoff) * 0.1
     assert force[0, 0] == pytest.approx(-expected, rel=1e-12)
     assert np.array_equal(force[1], -force[0])
+
+
+# --- clumps in the fluid ----------------------------------------------------------------------
+
+CLUMP_OFFSET = 2.0  # cells: two members of radius RADIUS, centres 4 cells apart (they overlap)
+
+
+def clump_setup(gravity=(0.0, 0.0, 0.0)) -> bs.BodySetup:
+    """One body: two members at -/+ CLUMP_OFFSET along its principal x axis."""
+    ones = np.ones(2)
+    grid = CellGrid.covering((-4.0,) * 3, (N + 4.0,) * 3, 2 * RADIUS + 1.0, 4, 4)
+    return bs.BodySetup(
+        radius=RADIUS * ones, young=1e3 * ones, poisson=0.3 * ones, restitution=0.5 * ones,
+        friction=0.3 * ones, rolling_friction=0.0 * ones, grid=grid, dt=1.0, skin=1.0,
+        gravity=gravity, member_body=np.array([0, 0]),
+        member_offset=np.array([[-CLUMP_OFFSET, 0.0, 0.0], [CLUMP_OFFSET, 0.0, 0.0]]),
+    )  # fmt: skip
+
+
+def clump_inertia(mass: float) -> np.ndarray:
+    """(3,) principal moments of clump_setup's two members (mass / 2 each, parallel axes)."""
+    sphere = 0.4 * mass * RADIUS**2
+    return np.array([sphere, sphere + mass * CLUMP_OFFSET**2, sphere + mass * CLUMP_OFFSET**2])
+
+
+def clump_body(position, velocity, omega, mass: float, inertia) -> Bodies:
+    """One clump with world axes as its principal axes (identity orientation)."""
+    inertia = np.asarray(inertia, float)
+    return Bodies(
+        position=jnp.asarray([position], jnp.float64),
+        orientation=jnp.array([[1.0, 0.0, 0.0, 0.0]]),
+        velocity=jnp.asarray([velocity], jnp.float64),
+        angular_momentum=jnp.asarray([inertia * np.asarray(omega)], jnp.float64),
+        prescribed_angular_velocity=jnp.zeros((1, 3)),
+        inverse_mass=jnp.array([1.0 / mass]),
+        inverse_inertia=jnp.asarray([1.0 / inertia]),
+        kinematic=jnp.zeros((1,), bool),
+    )
+
+
+def run_with(setup_bodies: bs.BodySetup, bodies: Bodies, fluid_velocity, steps: int, volume=None):
+    setup = fluid_setup()
+    coupling = PsmCoupling(
+        bodies=setup_bodies, substeps=1, dx=1.0, dt=1.0, origin=(0.0, 0.0, 0.0),
+        fluid_density=1.0, tracked=setup_bodies.n_bodies, volume=volume,
+    )  # fmt: skip
+    velocity = np.broadcast_to(np.asarray(fluid_velocity, float)[:, None, None, None], (3, N, N, N))
+    state = initial_state(setup, np.ones((N, N, N)), velocity)
+    extra = coupling.initial(bs.initial_state(coupling.bodies, bodies))
+    chunk = jax.jit(make_coupled_chunk(setup, SINGLE, coupling), static_argnums=2)
+    state, _, extra, track = chunk(state, make_geometry(setup), steps, extra)
+    return state, extra, np.asarray(track)
+
+
+def test_a_clump_feels_the_force_and_torque_of_its_members_about_its_centre():
+    """A clump's first-step hydrodynamic force and torque equal those of two free spheres put
+    where its members are, moving as its members move: the grid sees the same cover, and the
+    clump adds the members' forces and their torques about its centre of mass."""
+    centre = np.array([7.3, 7.1, 6.9])
+    v, omega = np.array([0.01, -0.02, 0.015]), np.array([0.004, -0.003, 0.006])
+    arms = np.array([[-CLUMP_OFFSET, 0.0, 0.0], [CLUMP_OFFSET, 0.0, 0.0]])
+    mass = 2 * SPHERE_DENSITY * 4.0 / 3.0 * math.pi * RADIUS**3
+    inertia = clump_inertia(mass)
+    clump = clump_body(centre, v, omega, mass, inertia)
+    _, extra, _ = run_with(clump_setup(), clump, (0.0, 0.0, 0.0), 1, volume=np.array([1.0]))
+
+    members = spheres(centre + arms, v + np.cross(omega, arms))
+    members = members.replace(
+        angular_momentum=jnp.asarray(
+            np.tile(omega / np.asarray(members.inverse_inertia[0]), (2, 1))
+        )
+    )
+    _, free, _, _ = run(members, (0.0, 0.0, 0.0), 1)
+    force = np.asarray(free.hydro_force)
+    torque = np.asarray(free.hydro_torque) + np.cross(arms, force)
+    assert np.abs(force).max() > 1e-4, "the test needs a real drag"
+    assert np.asarray(extra.hydro_force[0]) == pytest.approx(force.sum(0), abs=ROUND_OFF)
+    assert np.asarray(extra.hydro_torque[0]) == pytest.approx(torque.sum(0), abs=ROUND_OFF)
+    assert np.abs(torque.sum(0)).max() > 1e-4, "the test needs a real torque"
+
+
+def test_a_clump_in_a_uniform_flow_feels_no_drag_and_conserves_momentum():
+    """Galilean check for a clump (no force, no torque when it moves with the fluid), then the
+    momentum of fluid + clump in a periodic box, exact up to velocity Verlet's lag (as for a
+    sphere: the test above)."""
+    centre = np.array([7.3, 7.1, 6.9])
+    mass = 2 * SPHERE_DENSITY * 4.0 / 3.0 * math.pi * RADIUS**3
+    inertia = clump_inertia(mass)
+    u0 = np.array([0.03, -0.01, 0.02])
+    clump = clump_body(centre, u0, (0.0, 0.0, 0.0), mass, inertia)
+    _, extra, track = run_with(clump_setup(), clump, u0, 4, volume=np.array([1.0]))
+    assert np.abs(track[:, 0, 6:9]).max() < ROUND_OFF, "drag in a uniform flow (Galilean check)"
+    assert np.abs(np.asarray(extra.hydro_torque)).max() < ROUND_OFF
+
+    v0 = np.array([0.0, 0.03, 0.04])  # broadside and along: both members drag, and it turns
+    clump = clump_body(centre, v0, (0.0, 0.0, 0.005), mass, inertia)
+    steps = 20
+    state, extra, track = run_with(clump_setup(), clump, (0.0, 0.0, 0.0), steps, volume=[1.0])
+    after = fluid_momentum(state) + mass * np.asarray(extra.state.bodies.velocity[0])
+    force = track[:, 0, 6:9]
+    lag = -0.5 * 0.5 * (force[-1] + force[-2]) - 0.5 * force[-1]
+    assert np.abs(after - mass * v0 - lag).max() < ROUND_OFF * np.abs(mass * v0).max() * 100
+    speed = np.linalg.norm(track[:, 0, 3:6], axis=1)
+    assert speed[-1] < 0.8 * np.linalg.norm(v0)
+
+
+def test_a_clump_at_rest_feels_the_buoyancy_of_its_members_union():
+    """Two overlapping members: the buoyancy is rho_f g times their union (the lens counted
+    once), which ``displaced_volumes`` finds by quadrature to 1e-5."""
+    from solver.bodies.scene import scene_from_dict
+    from solver.coupling.box import displaced_volumes
+
+    r, d = 1.0, 2.0 * CLUMP_OFFSET / RADIUS  # the members of clump_setup, in radii
+    lens = math.pi * (4 * r + d) * (2 * r - d) ** 2 / 12.0
+    union = 2 * 4.0 / 3.0 * math.pi * r**3 - lens
+    scene = scene_from_dict(
+        {
+            "materials": {"m": {"young": 1e6, "poisson": 0.3, "density": 1000.0,
+                                "restitution": 0.5, "friction": 0.3}},
+            "bodies": [
+                {"shape": "clump", "material": "m", "position": [0, 0, 0], "spheres": [
+                    {"radius": r, "offset": [-d / 2, 0, 0]},
+                    {"radius": r, "offset": [d / 2, 0, 0]},
+                ]},
+                {"shape": "sphere", "material": "m", "radius": 0.5, "position": [5, 0, 0]},
+            ],
+        },
+        key_prefix="case",
+    )  # fmt: skip
+    volume = displaced_volumes(scene)
+    assert volume[0] == pytest.approx(union, rel=1e-5)
+    assert volume[1] == 4.0 / 3.0 * math.pi * 0.5**3
+
+    g = 1e-5
+    union_cells = union * RADIUS**3
+    mass = 2 * SPHERE_DENSITY * 4.0 / 3.0 * math.pi * RADIUS**3
+    inertia = clump_inertia(mass)
+    clump = clump_body([7.3, 7.1, 6.9], (0.0, 0.0, 0.0), (0.0, 0.0, 0.0), mass, inertia)
+    _, _, track = run_with(
+        clump_setup((0.0, 0.0, -g)), clump, (0.0, 0.0, 0.0), 1, volume=np.array([union_cells])
+    )
+    assert np.abs(track[0, 0, 6:9]).max() < ROUND_OFF, "a hydrodynamic force at rest"
+    assert track[0, 0, 5] == pytest.approx(-(1.0 - union_cells / mass) * g, rel=1e-12)

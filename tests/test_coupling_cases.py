@@ -44,7 +44,7 @@ def test_a_bad_scene_is_a_config_error_naming_the_key(bodies, key):
         build_coupled_case(config)
 
 
-def test_unknown_wall_material_and_clumps_are_config_errors():
+def test_unknown_wall_material_is_a_config_error_and_clumps_go_into_the_fluid():
     config = compose_config([*SEDIMENT, "case.wall_material=steel"])
     with pytest.raises(ConfigError, match="case.wall_material"):
         build_coupled_case(config)
@@ -52,8 +52,19 @@ def test_unknown_wall_material_and_clumps_are_config_errors():
         "[{shape:clump,material:glass,position:[0.01,0.01,0.02],"
         "spheres:[{radius:0.001,offset:[-0.001,0,0]},{radius:0.001,offset:[0.001,0,0]}]}]"
     )
-    with pytest.raises(ConfigError, match=r"case.bodies\[0\].shape"):
-        build_coupled_case(compose_config(_inline(clump)))
+    case = build_coupled_case(compose_config(_inline(clump)))
+    assert case.bodies.n_bodies == 1 and case.bodies.n_spheres == 2
+    # touching members: the union is both spheres, exactly; resolution counts member cells
+    assert case.coupling.volume[0] == 2 * 4.0 / 3.0 * np.pi * 0.001**3
+    assert case.info["diameter_cells_min"] == pytest.approx(6.0)
+    # stood upright (x -> -z), its lower member pokes through the floor: named, though the
+    # clump's centre is inside
+    low = clump.replace(
+        "position:[0.01,0.01,0.02]",
+        "position:[0.01,0.01,0.0015],orientation:[0.7071068,0,0.7071068,0]",
+    )
+    with pytest.raises(ConfigError, match=r"case.bodies\[0\].position.*member 1"):
+        build_coupled_case(compose_config(_inline(low)))
     with pytest.raises(ConfigError, match="case.trailing"):
         compose_config(
             ["case=dkt", "fluid=d3q19", "coupling=psm", "case.trailing=[0.005,0.005,0.01]"]
@@ -170,8 +181,9 @@ PUSH = -0.005  # m/s of the recorded kinematic sphere: upstream, against the duc
 def test_a_kinematic_sphere_follows_its_pose_sensor_through_the_duct_flow(tmp_path):
     """Bodies in a fluid case, moved by the body twin: a kinematic sphere (r 1.5 mm), driven
     by a replayed pose sensor, is pushed upstream against the duct flow; a free, slightly
-    heavy sphere (1050 kg/m^3) above it sinks. The pushed sphere keeps the recorded velocity,
-    the fluid pushes back on it (downstream), and the duct keeps its own diagnostics."""
+    heavy clump of two spheres (1050 kg/m^3) above it sinks. The pushed sphere keeps the
+    recorded velocity, the fluid pushes back on it (downstream), and the duct keeps its own
+    diagnostics."""
     dt = 0.01 / 12 * 0.1 / 0.02  # dx * u_lattice / u_max
     recording = tmp_path / "poses.csv"
     lines = ["time,sensor,value,units"]
@@ -180,7 +192,10 @@ def test_a_kinematic_sphere_follows_its_pose_sensor_through_the_duct_flow(tmp_pa
         lines.append(f'{t:.6f},pusher,{0.0035 + PUSH * t:.6f};0.005;0.003;1;0;0;0,"m,1"')
     recording.write_text("\n".join(lines) + "\n")
     pusher = sphere(0.0035, 0.005, 0.003, r=0.0015).replace("}", ",kinematic:true}")
-    free = sphere(0.0025, 0.005, 0.0075, r=0.001).replace("glass", "light")
+    free = (  # a clump: two members of r 0.8 mm side by side along x
+        "{shape:clump,material:light,position:[0.0025,0.005,0.0075],spheres:["
+        "{radius:0.0008,offset:[-0.0007,0,0]},{radius:0.0008,offset:[0.0007,0,0]}]}"
+    )
     config = compose_config(
         [*DUCT, f"coupling.scene.bodies=[{pusher},{free}]",
          "+coupling.scene.materials.light={young: 1.0e+6, poisson: 0.25, density: 1050.0, "
@@ -191,6 +206,7 @@ def test_a_kinematic_sphere_follows_its_pose_sensor_through_the_duct_flow(tmp_pa
     )  # fmt: skip
     summary = run_twin(config, tmp_path / "run", interactive=False).summary
     assert summary["status"] == "completed" and summary["coupling"]["bodies"] == 2
+    assert summary["coupling"]["spheres"] == 3
     assert summary["twin"]["pose_updates"] == 6
     diag = summary["diagnostics"]
     assert "velocity_l2_error" in diag  # the duct's own diagnostics stay
@@ -199,5 +215,5 @@ def test_a_kinematic_sphere_follows_its_pose_sensor_through_the_duct_flow(tmp_pa
     pushed, sinking = track[track["body"] == 0], track[track["body"] == 1]
     assert pushed["vx"][-1] == pytest.approx(PUSH, rel=1e-5)
     assert pushed["fx"][-1] > 0.0, "the fluid pushes back on the sphere moving upstream"
-    assert sinking["vz"][-1] < 0.0, "the heavier sphere sinks"
+    assert sinking["vz"][-1] < 0.0, "the heavier clump sinks"
     assert np.all(np.isfinite(track["fx"]))

@@ -68,6 +68,39 @@ def _ocp():
     return ocp
 
 
+def _is_empty(leaf) -> bool:
+    return int(np.prod(leaf.shape)) == 0
+
+
+def _hollow(tree):
+    """``tree`` with its zero-size leaves (a body state's contact history when there are no
+    planes) replaced by None: Orbax refuses to save them, and they hold no data."""
+    import jax
+
+    leaves, treedef = jax.tree_util.tree_flatten(tree)
+    return treedef.unflatten([None if _is_empty(leaf) else leaf for leaf in leaves])
+
+
+def _refill(restored, targets):
+    """``restored`` (from ``_hollow(targets)``) with the zero-size leaves back, as the targets
+    describe them (shape, dtype, sharding)."""
+    import jax
+    import jax.numpy as jnp
+
+    leaves, treedef = jax.tree_util.tree_flatten(targets)
+    got = jax.tree_util.tree_flatten(restored, is_leaf=lambda x: x is None)[0]
+    if len(got) != len(leaves):
+        raise ValueError(f"restored {len(got)} leaves for {len(leaves)} targets")
+    out = []
+    for target, value in zip(leaves, got, strict=True):
+        if _is_empty(target):
+            sharding = getattr(target, "sharding", None)
+            empty = jnp.zeros(target.shape, target.dtype)
+            value = empty if sharding is None else jax.device_put(empty, sharding)
+        out.append(value)
+    return treedef.unflatten(out)
+
+
 def directory_bytes(path: Path) -> int:
     return sum(f.stat().st_size for f in Path(path).rglob("*") if f.is_file())
 
@@ -140,7 +173,9 @@ class CheckpointStore:
         self.manager.save(
             step,
             args=ocp.args.Composite(
-                state=ocp.args.PyTreeSave(state, ocdbt_target_data_file_size=self.file_size),
+                state=ocp.args.PyTreeSave(
+                    _hollow(state), ocdbt_target_data_file_size=self.file_size
+                ),
                 host=ocp.args.PyTreeSave(host),
                 meta=ocp.args.JsonSave({**meta, "format": FORMAT_VERSION, "step": step}),
             ),
@@ -236,19 +271,21 @@ class CheckpointStore:
         of ``step``. Raises ``DamagedCheckpointError`` when Orbax cannot read it."""
         ocp = _ocp()
         try:
+            hollow = _hollow(targets)
             out = self.manager.restore(
                 step,
                 args=ocp.args.Composite(
                     state=ocp.args.PyTreeRestore(
-                        targets, restore_args=ocp.checkpoint_utils.construct_restore_args(targets)
+                        hollow, restore_args=ocp.checkpoint_utils.construct_restore_args(hollow)
                     ),
                     host=ocp.args.PyTreeRestore(),
                 ),
             )
+            state = _refill(out["state"], targets)
         except Exception as err:  # any read failure makes the step unusable; the caller falls back
             first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
             raise DamagedCheckpointError(
                 f"checkpoint {self.directory / str(step)} could not be read: {first}"
             ) from err
         host = {k: np.asarray(v) for k, v in (out["host"] or {}).items()}
-        return out["state"], host
+        return state, host

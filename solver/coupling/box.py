@@ -8,8 +8,8 @@ pressure). The scene's spheres come in SI units; the lattice spacing is ``length
 and the time step maps ``velocity_scale`` to ``fluid.u_lattice`` (solver.fluid.cases.base).
 
 Host-side NumPy and validation only: every bad scene is a one-line ConfigError before anything is
-traced (a plane or clump in the scene, a sphere outside the box or overlapping another, a grid
-that does not fit in memory).
+traced (a plane in the scene, a sphere or clump member outside the box or overlapping another
+body, a grid that does not fit in memory).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import numpy as np
 from kernels.lattices import lattice_by_name
 from kernels.rigid_body import Bodies
 from solver.bodies.cases import initial_bodies, setup_from_scene
-from solver.bodies.packings import check_overlaps
+from solver.bodies.packings import check_overlaps, member_centres
 from solver.bodies.scene import Scene, scene_from_dict
 from solver.bodies.scene_case import grid_for_scene, material_dict
 from solver.bodies.step import RAYLEIGH_FRACTION, BodySetup, stable_time_step
@@ -112,16 +112,58 @@ def wall_faces(case: Case) -> tuple[list[dict], np.ndarray, np.ndarray]:
     return planes, lower, upper
 
 
-def check_spheres_only(scene: Scene, prefix: str = "case") -> None:
-    """ConfigError naming the first body that is not a sphere."""
+def check_solid_bodies(scene: Scene, prefix: str = "case") -> None:
+    """ConfigError naming the first plane of the scene (in the fluid its walls are the planes)
+    or an empty scene; spheres and clumps pass."""
     for i, body in enumerate(scene.bodies):
-        if body.shape != "sphere":
+        if body.shape == "plane":
             raise ConfigError(
                 f"{prefix}.bodies[{i}].shape", body.shape,
-                "sphere (in the fluid its walls are the planes, and PSM couples spheres only)",
+                "sphere or clump (in the fluid its walls are the planes)",
             )  # fmt: skip
     if not scene.bodies:
-        raise ConfigError(f"{prefix}.bodies", [], "at least one sphere")
+        raise ConfigError(f"{prefix}.bodies", [], "at least one sphere or clump")
+
+
+# Points per axis of the midpoint rule over a clump's cross-section (the chord along x is
+# exact): the volume of two overlapping spheres within 1e-5 of the lens formula (test_coupling)
+VOLUME_POINTS = 256
+
+
+def displaced_volumes(scene: Scene) -> np.ndarray:
+    """(n,) m^3, the volume of each sphere or clump (its members' union), in the order of
+    ``scene.arrays()``: exact for spheres and for clumps whose members do not overlap, else
+    the union's chord along x, exact, integrated over y and z by the midpoint rule on a
+    VOLUME_POINTS^2 grid."""
+    arrays, _ = scene.arrays()
+    out = np.zeros(len(arrays.mass))
+    for b in range(len(out)):
+        mine = arrays.member_body == b
+        out[b] = _union_volume(arrays.member_radius[mine], arrays.member_offset[mine])
+    return out
+
+
+def _union_volume(radius: np.ndarray, offset: np.ndarray) -> float:
+    exact = float(np.sum(4.0 / 3.0 * np.pi * radius**3))
+    d = np.linalg.norm(offset[:, None, :] - offset[None, :, :], axis=-1)
+    apart = d >= radius[:, None] + radius[None, :]
+    np.fill_diagonal(apart, True)
+    if apart.all():
+        return exact
+    low = (offset - radius[:, None]).min(axis=0)
+    high = (offset + radius[:, None]).max(axis=0)
+    step = (high - low) / VOLUME_POINTS
+    y, z = (low[a] + (np.arange(VOLUME_POINTS) + 0.5) * step[a] for a in (1, 2))
+    y, z = (v.reshape(-1, 1) for v in np.meshgrid(y, z, indexing="ij"))
+    # each member's chord [x0 - h, x0 + h] on the line (y, z); none: an empty one at x0
+    half = np.sqrt(np.maximum(radius**2 - (y - offset[:, 1]) ** 2 - (z - offset[:, 2]) ** 2, 0))
+    start, end = offset[:, 0] - half, offset[:, 0] + half
+    order = np.argsort(start, axis=1)
+    start, end = np.take_along_axis(start, order, 1), np.take_along_axis(end, order, 1)
+    reach = np.maximum.accumulate(end, axis=1)  # the union so far ends here
+    before = np.concatenate([np.full((len(y), 1), -np.inf), reach[:, :-1]], axis=1)
+    length = np.sum(np.maximum(0.0, end - np.maximum(start, before)), axis=1)
+    return float(length.sum() * step[1] * step[2])
 
 
 def with_planes(
@@ -132,18 +174,23 @@ def with_planes(
     wall_material: str | None,
     prefix: str = "case",
 ) -> Scene:
-    """The scene's spheres plus ``planes`` (scene mappings without a material: they get
-    ``wall_material``, or the scene's first material). ConfigError for a plane or a clump in
-    the scene and for a sphere not wholly inside [lower, upper] (m)."""
-    check_spheres_only(scene, prefix)
-    for i, body in enumerate(scene.bodies):
-        low, high = body.position - body.radius, body.position + body.radius
-        if np.any(low < lower) or np.any(high > upper):
-            raise ConfigError(
-                f"{prefix}.bodies[{i}].position", [float(p) for p in body.position],
-                f"a centre at least its radius {body.radius:g} m inside the fluid "
-                f"[{_fmt(lower)}, {_fmt(upper)}] m",
-            )  # fmt: skip
+    """The scene's spheres and clumps plus ``planes`` (scene mappings without a material: they
+    get ``wall_material``, or the scene's first material). ConfigError for a plane in the scene
+    and for a sphere or clump member not wholly inside [lower, upper] (m)."""
+    check_solid_bodies(scene, prefix)
+    centres, radii, owner = member_centres(scene)
+    outside = np.any((centres - radii[:, None] < lower) | (centres + radii[:, None] > upper), 1)
+    if outside.any():
+        k = int(np.argmax(outside))
+        i = int(owner[k])
+        body = scene.bodies[i]
+        member = k - int(np.argmax(owner == i))
+        what = "a centre" if body.shape == "sphere" else f"its member {member}'s centre"
+        raise ConfigError(
+            f"{prefix}.bodies[{i}].position", [float(p) for p in body.position],
+            f"{what} at least its radius {radii[k]:g} m inside the fluid "
+            f"[{_fmt(lower)}, {_fmt(upper)}] m",
+        )  # fmt: skip
     if not scene.materials:
         raise ConfigError(f"{prefix}.materials", {}, "at least one material")
     name = wall_material if wall_material is not None else next(iter(scene.materials))
@@ -295,11 +342,18 @@ def couple(
 
     def setup_for(dt: float) -> BodySetup:
         grid = grid_for_scene(lower, upper, radius, skin)
-        return setup_from_scene(scene, grid, dt, skin, gravity, pair_margin=cutoff)
+        with warnings.catch_warnings():  # a clump's principal frame, float32 without x64
+            warnings.simplefilter("ignore", UserWarning)
+            return setup_from_scene(scene, grid, dt, skin, gravity, pair_margin=cutoff)
 
     mass = arrays.mass
+    volume = displaced_volumes(scene)
+    initial = initial_of(arrays)
+    inverse = np.asarray(initial.inverse_inertia)
+    with np.errstate(divide="ignore"):
+        moments = np.where(inverse > 0, 1.0 / inverse, np.inf)  # clumps: the arms' share
     stable = min(
-        stable_time_step(setup_for(1e-300), mass),
+        stable_time_step(setup_for(1e-300), mass, moments),
         lubrication_step(float(mass.min()), r_max, viscosity, cutoff, min_gap),
     )
     substeps = substeps_for(config.coupling, units.dt, stable)
@@ -317,8 +371,10 @@ def couple(
         viscosity=viscosity,
         lubrication_cutoff=cutoff,
         lubrication_min_gap=min_gap,
+        volume=volume,
     )
     info = {
+        "bodies": int(mass.size),
         "spheres": int(radius.size),
         "diameter_cells_min": 2.0 * r_min / dx,
         "nu_m2_s": viscosity / units.rho0,
@@ -328,11 +384,10 @@ def couple(
         "body_dt_s": units.dt / substeps,
         "stable_body_dt_s": stable,
         "rayleigh_fraction": RAYLEIGH_FRACTION,
-        "solid_fraction": float(np.sum(4.0 / 3.0 * np.pi * radius**3) / np.prod(upper - lower)),
+        "solid_fraction": float(np.sum(volume) / np.prod(upper - lower)),
         "domain_lower_m": [float(v) for v in lower],
         "domain_upper_m": [float(v) for v in upper],
     }
-    initial = initial_of(arrays)
     return BoxParts(
         fluid_case, bodies, initial, coupling, fluid_case.default_steps, info, arrays.orientation
     )

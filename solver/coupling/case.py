@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from kernels.rigid_body import Bodies
+from solver.bodies.scene import rotation_matrices
 from solver.bodies.step import BodySetup
 from solver.coupling.step import PsmCoupling
 from solver.fluid.cases.base import Case
@@ -46,24 +47,33 @@ class CoupledCase:
         diagnostics ``fluid``."""
         return {}
 
-    def final(self, position: np.ndarray, velocity: np.ndarray) -> dict:
-        """Case values for run.json from all bodies at the end (position, velocity (n, 3) SI)."""
+    def final(self, position: np.ndarray, velocity: np.ndarray, orientation: np.ndarray) -> dict:
+        """Case values for run.json from all bodies at the end (position, velocity (n, 3) SI,
+        orientation (n, 4) unit quaternions)."""
         return {}
+
+    def sphere_centres(self, position: np.ndarray, orientation: np.ndarray) -> np.ndarray:
+        """(s, 3) m, the centre of every sphere (clump members included) of bodies at
+        ``position`` (n, 3) m with ``orientation`` (n, 4)."""
+        owner = self.bodies.member_body
+        rotation = rotation_matrices(np.asarray(orientation, dtype=np.float64))[owner]
+        return position[owner] + np.einsum("mij,mj->mi", rotation, self.bodies.member_offset)
 
 
 class SceneCase(CoupledCase):
     """A scene of spheres in the fluid: how it ended (all bodies, at the end of the run)."""
 
-    def final(self, position: np.ndarray, velocity: np.ndarray) -> dict:
-        radius = self.bodies.radius
+    def final(self, position: np.ndarray, velocity: np.ndarray, orientation: np.ndarray) -> dict:
+        centres = self.sphere_centres(position, orientation)
+        radius = self.bodies.radius  # per sphere
         lower = np.asarray(self.info["domain_lower_m"])
         upper = np.asarray(self.info["domain_upper_m"])
         inside = np.all((position >= lower) & (position <= upper), axis=1)
         speed = np.linalg.norm(velocity, axis=1)
         return {
-            "bed_height_m": float(np.max(position[:, 2] + radius)),
+            "bed_height_m": float(np.max(centres[:, 2] + radius)),
             "mean_height_m": float(np.mean(position[:, 2])),
-            "lowest_height_m": float(np.min(position[:, 2] - radius)),
+            "lowest_height_m": float(np.min(centres[:, 2] - radius)),
             "max_speed_final_m_s": float(speed.max()),
             "mean_speed_final_m_s": float(speed.mean()),
             "outside_domain": int(np.sum(~inside)),

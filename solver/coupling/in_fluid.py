@@ -10,8 +10,8 @@ have no plane, and a sphere that leaves through them is counted in run.json
 contacts stay within the domain.
 
 Refused before anything is traced (one-line ConfigError naming ``coupling.scene.<key>``): a
-plane or clump in the scene, a sphere not wholly inside the fluid's walls, a sphere over a
-solid node of the case (an obstacle), overlapping spheres, an unknown wall material.
+plane in the scene, a sphere or clump member not wholly inside the fluid's walls or over a
+solid node of the case (an obstacle), overlapping bodies, an unknown wall material.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from solver.bodies.packings import member_centres
 from solver.bodies.scene_case import scene_of
 from solver.coupling.box import couple, wall_faces, with_planes
 from solver.coupling.case import SceneCase, scene_source_name
@@ -33,9 +34,12 @@ if TYPE_CHECKING:
 PREFIX = "coupling.scene"
 
 
-def check_clear_of_solid(case: Case, centres: np.ndarray, radii: np.ndarray) -> None:
-    """ConfigError for the first sphere (centres (n, 3) m, radii (n,) m) that covers a solid
-    node of the case inside its walls (an obstacle): PSM would blend it into the wall."""
+def check_clear_of_solid(
+    case: Case, centres: np.ndarray, radii: np.ndarray, owner: np.ndarray | None = None
+) -> None:
+    """ConfigError for the first sphere (centres (m, 3) m, radii (m,) m, owner (m,) the index
+    of its body in the scene, None: its own) that covers a solid node of the case inside its
+    walls (an obstacle): PSM would blend it into the wall."""
     solid = case.setup.solid
     if solid is None:
         return
@@ -50,8 +54,9 @@ def check_clear_of_solid(case: Case, centres: np.ndarray, radii: np.ndarray) -> 
     if nodes.size == 0:
         return
     points = np.asarray(case.origin) + (nodes + 0.5) * case.units.dx
-    for i, (c, r) in enumerate(zip(centres, radii, strict=True)):
+    for k, (c, r) in enumerate(zip(centres, radii, strict=True)):
         if np.any(np.sum((points - c) ** 2, axis=1) < r * r):
+            i = k if owner is None else int(owner[k])
             raise ConfigError(
                 f"{PREFIX}.bodies[{i}].position", [float(v) for v in c],
                 f"a sphere of radius {r:g} m clear of the case's solid nodes (its obstacle)",
@@ -65,12 +70,7 @@ def build_scene_in_fluid(config: RunConfig):
     scene = scene_of(spec, PREFIX)
     planes, lower, upper = wall_faces(fluid_case)
     full = with_planes(scene, planes, lower, upper, spec.wall_material, PREFIX)
-    spheres = [b for b in scene.bodies if b.shape == "sphere"]
-    check_clear_of_solid(
-        fluid_case,
-        np.array([b.position for b in spheres]),
-        np.array([b.radius for b in spheres]),
-    )
+    check_clear_of_solid(fluid_case, *member_centres(scene))
     units = fluid_case.units
     nu = (fluid_case.tau - 0.5) / 3.0 * units.dx**2 / units.dt  # the case's viscosity, m^2/s
     parts = couple(

@@ -215,6 +215,7 @@ class CoupledModel(FluidModel):
             **coupled.final(
                 np.asarray(_replicated(final.position), dtype=np.float64),
                 np.asarray(_replicated(final.velocity), dtype=np.float64),
+                np.asarray(_replicated(final.orientation), dtype=np.float64),
             ),
         }
         if self.config.output.png and len(track):
@@ -223,7 +224,11 @@ class CoupledModel(FluidModel):
                 plot_track(self.output_dir / "bodies_track.png", times, track, coupled)
             )
             if self.final_fields is not None:
-                position = np.asarray(_replicated(state.bodies.state.bodies.position))
+                body = state.bodies.state.bodies
+                position = coupled.sphere_centres(
+                    np.asarray(_replicated(body.position), dtype=np.float64),
+                    np.asarray(_replicated(body.orientation), dtype=np.float64),
+                )  # every sphere, clump members included
                 outputs["slice_png"] = str(
                     save_slice_png(
                         self.output_dir / "slice.png",

@@ -1,14 +1,15 @@
 """The coupled step: the fluid's collision with moving bodies (PSM), then the bodies moved.
 
 One fluid step of a coupled run, inside the fluid chunk (``solver.fluid.step``) at its collision:
-    1. the bodies at time t are put on the grid: each sphere's solid fraction and velocity
-       v + omega x r on the cells of its stencil, summed into the block (scatter-add) and
-       masked by the fluid's walls;
+    1. the bodies at time t are put on the grid: each sphere's (each clump member's) solid
+       fraction and velocity v + omega x r on the cells of its stencil, summed into the block
+       (scatter-add) and masked by the fluid's walls;
     2. the fluid's own operator (BGK, TRT, with its forcing) and the PSM blend
        (kernels/coupling.py) give the post-collision populations and the force on the solid
        in every cell;
-    3. each body gathers its share of the cells' force and torque (its fraction over the
-       cell's total), summed over all shards;
+    3. each sphere gathers its share of the cells' force and torque (its fraction over the
+       cell's total); a clump sums its members' forces and their torques about its centre of
+       mass; the sums run over all shards;
     4. the bodies advance by one fluid step in ``substeps`` rigid-body steps (contacts,
        gravity) with the hydrodynamic force (averaged over the last two fluid steps when
        ``average_force``) and the buoyancy -rho_f V g held constant.
@@ -29,6 +30,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import Array, lax
 
+from kernels import clump
 from kernels import coupling as psm
 from kernels.rigid_body import angular_velocity
 from solver.bodies.step import BodySetup, BodyState, body_step
@@ -63,7 +65,8 @@ class PsmCoupling:
     """Static parameters of the PSM coupling of spheres to the fluid.
 
     Attributes:
-        bodies: the rigid-body set-up (its dt is the fluid's dt / substeps); spheres only.
+        bodies: the rigid-body set-up (its dt is the fluid's dt / substeps): spheres and clumps
+            (each member sphere covers the grid; ``radius`` is per member).
         substeps: rigid-body steps per fluid step.
         dx: m per cell; dt: s per fluid step.
         origin: (3,) m, node i along axis a sits at origin[a] + (i + 0.5) dx.
@@ -74,6 +77,8 @@ class PsmCoupling:
         viscosity: the fluid's dynamic viscosity, Pa s (for the lubrication correction).
         lubrication_cutoff: m, gaps below it get the lubrication correction; 0: none.
         lubrication_min_gap: m, the smallest gap the correction uses (roughness).
+        volume: (n,) m^3, the volume each body displaces (the union of a clump's members);
+            None: spheres, 4/3 pi r^3.
     """
 
     bodies: BodySetup
@@ -88,6 +93,7 @@ class PsmCoupling:
     viscosity: float = 0.0
     lubrication_cutoff: float = 0.0
     lubrication_min_gap: float = 0.0
+    volume: np.ndarray | None = None
 
     @property
     def radius_cells(self) -> np.ndarray:
@@ -97,9 +103,17 @@ class PsmCoupling:
     def stencil(self) -> int:
         return psm.stencil_size(float(self.radius_cells.max()))
 
+    def body_volume(self) -> np.ndarray:
+        """(n,) m^3, the volume each body displaces."""
+        if self.volume is not None:
+            return np.asarray(self.volume, dtype=float)
+        if not self.bodies.spheres_only:
+            raise ValueError("PsmCoupling.volume is needed for clumps (their members' union)")
+        return 4.0 / 3.0 * np.pi * self.bodies.radius**3
+
     def buoyancy(self) -> np.ndarray:
-        """(n, 3) N, -rho_f V g on each sphere (the fluid carries no hydrostatic pressure)."""
-        volume = 4.0 / 3.0 * np.pi * self.bodies.radius**3
+        """(n, 3) N, -rho_f V g on each body (the fluid carries no hydrostatic pressure)."""
+        volume = self.body_volume()
         return -self.fluid_density * volume[:, None] * np.asarray(self.bodies.gravity)[None, :]
 
     def initial(self, state: BodyState) -> CoupledBodies:
@@ -117,8 +131,6 @@ class PsmCoupling:
         """collide(f, time, extra, geo) -> (f_post, extra, report) for one shard (see
         ``solver.fluid.step.StepCoupling``); report: (tracked, 9) SI position, velocity and
         hydrodynamic force of the tracked bodies."""
-        if not self.bodies.spheres_only:
-            raise ValueError("PSM coupling takes spheres only (clumps are not coupled yet)")
         lat = setup.lattice
         operator = OPERATORS[setup.collision]
         params = CollisionParams.from_setup(setup)
@@ -132,18 +144,20 @@ class PsmCoupling:
         torque_scale = force_scale * self.dx
         buoyancy = self.buoyancy()
         tracked = min(self.tracked, self.bodies.n_bodies)
+        members = self._members()
 
         def collide(f: Sequence[Array], time: Array, extra: CoupledBodies, geo: dict):
             bodies = extra.state.bodies
             block = tuple(f[0].shape)
-            center = ((bodies.position - origin) / self.dx - 0.5).astype(dtype)
+            xs, vs, ws = members(bodies)
+            center = ((xs - origin) / self.dx - 0.5).astype(dtype)
             rad = jnp.asarray(radius, dtype)
             base = psm.stencil_base(center, rad)
             cells = base[:, None, :] + offsets[None, :, :]
             eps = psm.sphere_fraction(center, rad, cells)
             rel = cells.astype(dtype) - center[:, None, :]
-            v = (bodies.velocity * velocity_scale).astype(dtype)
-            w = (angular_velocity(bodies) * self.dt).astype(dtype)
+            v = (vs * velocity_scale).astype(dtype)
+            w = (ws * self.dt).astype(dtype)
             u_solid = v[:, None, :] + jnp.cross(w[:, None, :], rel)
             flat = psm.local_flat_index(cells, halo.origin(block), block, setup.shape)
             cover = jnp.concatenate([eps[..., None], eps[..., None] * u_solid], axis=-1)
@@ -166,7 +180,7 @@ class PsmCoupling:
             per_cover = [fa / covered for fa in cell_force]
             on_body = eps[..., None] * psm.gather_from_block(per_cover, flat)
             hydro = jnp.stack([jnp.sum(on_body, axis=1), jnp.sum(jnp.cross(rel, on_body), axis=1)])
-            hydro = halo.sum(hydro)
+            hydro = halo.sum(self._per_body(hydro, xs, bodies.position))
             body_dtype = bodies.position.dtype
             force_si = hydro[0].astype(body_dtype) * force_scale
             torque_si = hydro[1].astype(body_dtype) * torque_scale
@@ -196,6 +210,37 @@ class PsmCoupling:
 
         return collide
 
+    def _members(self) -> Callable:
+        """members(bodies) -> (x, v, omega): (s, 3) centre (m), velocity (m/s) and angular
+        velocity (rad/s) of every sphere; a sphere is its own body, with the same arithmetic."""
+        if self.bodies.spheres_only:
+            return lambda b: (b.position, b.velocity, angular_velocity(b))
+        owner = jnp.asarray(self.bodies.member_body, jnp.int32)
+        offset = self.bodies.member_offset
+
+        def members(bodies) -> tuple[Array, Array, Array]:
+            omega = angular_velocity(bodies)
+            x, v = clump.sphere_kinematics(
+                bodies.position, bodies.velocity, bodies.orientation, omega, owner,
+                jnp.asarray(offset, bodies.position.dtype),
+            )  # fmt: skip
+            return x, v, omega[owner]
+
+        return members
+
+    def _per_body(self, hydro: Array, xs: Array, position: Array) -> Array:
+        """(2, n, 3) force and torque per body from (2, s, 3) per sphere (torque about the
+        sphere's centre, lattice units): a clump adds its members' forces and their torques
+        about its centre of mass, arm (x_k - X_b) / dx."""
+        if self.bodies.spheres_only:
+            return hydro
+        owner = jnp.asarray(self.bodies.member_body, jnp.int32)
+        n = self.bodies.n_bodies
+        arm = ((xs - position[owner]) / self.dx).astype(hydro.dtype)
+        torque = hydro[1] + jnp.cross(arm, hydro[0])
+        zero = jnp.zeros((n, 3), hydro.dtype)
+        return jnp.stack([zero.at[owner].add(hydro[0]), zero.at[owner].add(torque)])
+
     def _lubrication(self, params, dtype) -> Callable | None:
         """extra(bodies, contacts) -> (force, torque): the normal lubrication correction of
         sphere pairs (from the contact table, which holds every pair within the cutoff at
@@ -206,18 +251,31 @@ class PsmCoupling:
         min_gap = jnp.full(radius.shape, self.lubrication_min_gap, dtype)
         mu, cutoff = self.viscosity, self.lubrication_cutoff
         planes = self.bodies.n_planes > 0
+        members = self._members()
+        clumps = not self.bodies.spheres_only
+        owner = jnp.asarray(self.bodies.member_body, jnp.int32)
+        n = self.bodies.n_bodies
 
         def extra(bodies, contacts):
             s, width = contacts.partners.shape
             i = jnp.repeat(jnp.arange(s, dtype=jnp.int32), width, total_repeat_length=s * width)
             j = contacts.partners.reshape(-1)
-            x, v = bodies.position, bodies.velocity
-            force = psm.lubrication_pairs(x, v, radius, i, j, j >= 0, mu, cutoff, min_gap)
+            valid = j >= 0
+            if clumps:  # no lubrication between members of one clump
+                valid = valid & (owner[i] != owner[jnp.where(valid, j, 0)])
+            x, v, _ = members(bodies)
+            force = psm.lubrication_pairs(x, v, radius, i, j, valid, mu, cutoff, min_gap)
             if planes:
                 force = force + psm.lubrication_planes(
                     x, v, radius, params.plane_point, params.plane_normal,
                     params.plane_velocity, mu, cutoff, min_gap,
                 )  # fmt: skip
-            return force, jnp.zeros_like(force)
+            if not clumps:
+                return force, jnp.zeros_like(force)
+            # along the line of centres: no torque about a member's centre, (x_k - X_b) x F
+            # about its clump's
+            torque = jnp.cross(x - bodies.position[owner], force)
+            zero = jnp.zeros((n, 3), force.dtype)
+            return zero.at[owner].add(force), zero.at[owner].add(torque)
 
         return extra
