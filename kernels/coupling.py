@@ -233,6 +233,25 @@ def lubrication_coefficient(
     return jnp.where(gap < cutoff, coefficient, 0.0)
 
 
+def implicit_damping(coefficient: Array, inverse_mass: Array | None, dt: float) -> Array:
+    """The damping coefficient c' = c (1 - exp(-x)) / x, x = c dt / m*, that takes from a
+    pair's relative velocity in one step of ``dt`` what the damper c alone would over that step
+    (v exp(-x)): c' -> c where x << 1, and c' dt / m* <= 1 however large c grows, so the
+    lubrication force never reverses a pair's approach and sets no limit on the body step (the
+    explicit c alone needs c dt / m* <= 1/2, which a small roughness gap turns into hundreds of
+    body steps per fluid step).
+
+    Args:
+        coefficient: c (...,) N s/m; inverse_mass: 1/m* = 1/m_i + 1/m_j (...,) 1/kg, 0 for two
+            fixed bodies; None (or dt = 0): c unchanged.
+    """
+    if inverse_mass is None or dt <= 0.0:
+        return coefficient
+    x = coefficient * inverse_mass * dt
+    ratio = -jnp.expm1(-x) / jnp.where(x > 0, x, 1.0)
+    return coefficient * jnp.where(x > 0, ratio, 1.0)
+
+
 def lubrication_planes(
     position: Array,
     velocity: Array,
@@ -243,6 +262,8 @@ def lubrication_planes(
     viscosity: float,
     cutoff: float,
     min_gap: Array,
+    inverse_mass: Array | None = None,
+    dt: float = 0.0,
 ) -> Array:
     """(s, 3) N, the normal lubrication force of every plane on every sphere.
 
@@ -250,12 +271,14 @@ def lubrication_planes(
 
     Args:
         position, velocity: (s, 3) sphere centres (m) and velocities (m/s); radius: (s,) m;
-        plane_point, plane_normal, plane_velocity: (p, 3); min_gap: (s,) m.
+        plane_point, plane_normal, plane_velocity: (p, 3); min_gap: (s,) m;
+        inverse_mass: (s,) 1/kg and dt (s), the body step: c is made ``implicit_damping``.
     """
     gap = jnp.einsum("spa,pa->sp", position[:, None, :] - plane_point[None], plane_normal)
     gap = gap - radius[:, None]
     approach = jnp.einsum("spa,pa->sp", velocity[:, None, :] - plane_velocity[None], plane_normal)
     c = lubrication_coefficient(gap, radius[:, None], viscosity, cutoff, min_gap[:, None])
+    c = implicit_damping(c, None if inverse_mass is None else inverse_mass[:, None], dt)
     return -jnp.einsum("sp,pa->sa", c * approach, plane_normal)
 
 
@@ -269,6 +292,8 @@ def lubrication_pairs(
     viscosity: float,
     cutoff: float,
     min_gap: Array,
+    inverse_mass: Array | None = None,
+    dt: float = 0.0,
 ) -> Array:
     """(s, 3) N, the normal lubrication forces of sphere pairs (i, j), summed per sphere.
 
@@ -276,7 +301,8 @@ def lubrication_pairs(
 
     Args:
         position, velocity: (s, 3); radius: (s,) m; i, j, valid: (P,) the pair list
-        (``kernels.neighbor_search.pair_list``; padding masked by ``valid``); min_gap: (s,) m.
+        (``kernels.neighbor_search.pair_list``; padding masked by ``valid``); min_gap: (s,) m;
+        inverse_mass: (s,) 1/kg and dt (s), the body step: c is made ``implicit_damping``.
     """
     j_safe = jnp.where(valid, j, 0)
     d = position[j_safe] - position[i]
@@ -288,6 +314,8 @@ def lubrication_pairs(
     c = lubrication_coefficient(
         gap, ri * rj / (ri + rj), viscosity, cutoff, jnp.minimum(min_gap[i], min_gap[j_safe])
     )
+    if inverse_mass is not None:
+        c = implicit_damping(c, inverse_mass[i] + inverse_mass[j_safe], dt)
     f = jnp.where(valid, c * closing, 0.0)[:, None] * n
     out = jnp.zeros_like(position)
     return out.at[i].add(f).at[j_safe].add(-f)

@@ -208,6 +208,38 @@ def test_lubrication_matches_brenner_and_is_equal_and_opposite():
     assert np.array_equal(force[1], -force[0])
 
 
+def test_the_lubrication_damping_is_implicit_and_never_reverses_an_approach():
+    """c' = c (1 - exp(-x)) / x, x = c dt / m*: c where the step is short, and a sphere driven
+    into a plane by a damper stiffer than its explicit limit (c dt / m = 3, where the explicit
+    step would reverse and grow the approach: factor 1 - 3) slows like exp(-t c / m) step for
+    step, never reversing."""
+    c = jnp.array([1e-3, 10.0, 1e6])
+    inverse, dt = jnp.array([2.0, 2.0, 2.0]), 1e-3
+    damped = np.asarray(psm.implicit_damping(c, inverse, dt))
+    assert damped[0] == pytest.approx(1e-3, rel=1e-6)
+    x = 1e6 * 2.0 * 1e-3
+    assert damped[2] == pytest.approx((1.0 - math.exp(-x)) / (2.0 * 1e-3), rel=1e-12)
+    assert np.all(damped * 2.0 * dt <= 1.0)
+    assert np.asarray(psm.implicit_damping(c, jnp.zeros(3), dt)).tolist() == c.tolist()
+    # a 1 kg sphere 1 um above the plane z = 0, approaching at 1 mm/s; mu chosen so that the
+    # explicit coefficient gives c dt / m = 3
+    mu, radius, gap, dt = 1.0, 1e-3, 1e-6, 1e-3
+    cutoff = 1.0
+    c_explicit = 6 * math.pi * mu * radius**2 * (1 / gap - 1 / cutoff)
+    mu = mu * 3.0 / (c_explicit * dt)
+    v = -1e-3
+    for _ in range(5):
+        force = psm.lubrication_planes(
+            jnp.array([[0.0, 0.0, radius + gap]]), jnp.array([[0.0, 0.0, v]]),
+            jnp.array([radius]), jnp.zeros((1, 3)), jnp.array([[0.0, 0.0, 1.0]]),
+            jnp.zeros((1, 3)), mu, cutoff, jnp.array([1e-9]), jnp.array([1.0]), dt,
+        )  # fmt: skip
+        new_v = v + float(force[0, 2]) * dt
+        assert v < new_v <= 0.0, "the damper reversed the approach"
+        assert new_v == pytest.approx(v * math.exp(-3.0), rel=1e-9)
+        v = new_v
+
+
 # --- clumps in the fluid ----------------------------------------------------------------------
 
 CLUMP_OFFSET = 2.0  # cells: two members of radius RADIUS, centres 4 cells apart (they overlap)

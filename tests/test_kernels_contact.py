@@ -145,6 +145,29 @@ def test_restitution_beta_limits_and_the_free_dashpot_form_it_replaces():
     assert np.all(beta[2:5] < free)
 
 
+def test_restitution_beta_solves_the_clipped_contact_everywhere():
+    """beta = -cos t with 2 t cot t = -ln e, from four Newton steps: the clipped linear contact's
+    restitution e = exp(-r (pi - 2 arctan r)), r = -beta / sqrt(1 - beta^2), gives e back to
+    round-off from moderate damping to the elastic end, stays within [-1, 0] and monotone right up
+    to critical damping (where the restitution is flat in r), and its gradient is finite."""
+    e = np.concatenate(
+        [np.linspace(0.14, 1.0 - 1e-9, 20001), math.exp(-2.0) + np.logspace(-15, -3)]
+    )
+    beta = np.asarray(cm.restitution_beta(f64(e)))
+    assert np.all((beta >= -1.0) & (beta <= 0.0)) and np.all(np.diff(beta[:20001]) > 0)
+    moderate = e[:20001]
+    r = -beta[:20001] / np.sqrt(1.0 - beta[:20001] ** 2)
+    back = np.exp(-r * (math.pi - 2.0 * np.arctan(r)))
+    assert np.abs(back - moderate).max() < 1e-13
+    near_critical = beta[20001:]
+    assert np.all(near_critical < -0.99) and np.all(np.diff(near_critical) >= 0)
+    gradient = jax.vmap(jax.grad(cm.restitution_beta))(f64(e))
+    assert np.all(np.isfinite(np.asarray(gradient)))
+    # float32 (the coupled runs' bodies): within a few ulp of float64
+    single = np.asarray(cm.restitution_beta(jnp.asarray(e, jnp.float32)))
+    assert single.dtype == np.float32 and np.abs(single - beta).max() < 1e-6
+
+
 def test_hertz_static_force_is_the_hertz_law():
     E_star, _, R_star, m_star = pair_materials()
     overlap = f64([1e-6, 1e-5, 1e-4])

@@ -218,14 +218,6 @@ def lubrication_settings(coupling: CouplingConfig, dx: float, radius: float) -> 
     return coupling.lubrication_cutoff * dx, coupling.lubrication_min_gap * radius
 
 
-def lubrication_step(mass: float, radius: float, viscosity: float, cutoff: float, min_gap: float):
-    """The largest body step with c(h_min) dt / m <= 1/2 (the explicit damping stays stable)."""
-    if cutoff <= 0.0:
-        return math.inf
-    c = 6.0 * math.pi * viscosity * radius**2 * (1.0 / min_gap - 1.0 / cutoff)
-    return 0.5 * mass / c if c > 0 else math.inf
-
-
 def substeps_for(coupling: CouplingConfig, fluid_dt: float, stable: float) -> int:
     """Body steps per fluid step: the fewest that keep the body step <= the stable one."""
     needed = max(1, math.ceil(fluid_dt / stable))
@@ -336,7 +328,7 @@ def couple(
     check_overlaps(scene, key_prefix=prefix)
     arrays, _ = scene.arrays()
     radius = arrays.member_radius
-    r_min, r_max = float(radius.min()), float(radius.max())
+    r_min = float(radius.min())
     cutoff, min_gap = lubrication_settings(config.coupling, dx, r_min)
     skin = cutoff + SKIN_FRACTION * r_min  # the pair table always covers the cutoff
 
@@ -352,10 +344,8 @@ def couple(
     inverse = np.asarray(initial.inverse_inertia)
     with np.errstate(divide="ignore"):
         moments = np.where(inverse > 0, 1.0 / inverse, np.inf)  # clumps: the arms' share
-    stable = min(
-        stable_time_step(setup_for(1e-300), mass, moments),
-        lubrication_step(float(mass.min()), r_max, viscosity, cutoff, min_gap),
-    )
+    # the lubrication damping is implicit (kernels.coupling.implicit_damping): no limit here
+    stable = stable_time_step(setup_for(1e-300), mass, moments)
     substeps = substeps_for(config.coupling, units.dt, stable)
     bodies = setup_for(units.dt / substeps)
     coupling = PsmCoupling(

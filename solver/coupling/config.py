@@ -77,7 +77,7 @@ class CouplingConfig:
     weighting: str = "noble_torczynski"
     lubrication: bool = True
     lubrication_cutoff: float = 2.0 / 3.0
-    lubrication_min_gap: float = 0.0016
+    lubrication_min_gap: float = 0.0007
     scene: FluidSceneConfig | None = None
 
     @property

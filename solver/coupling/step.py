@@ -256,19 +256,26 @@ class PsmCoupling:
         owner = jnp.asarray(self.bodies.member_body, jnp.int32)
         n = self.bodies.n_bodies
 
+        dt = self.bodies.dt
+
         def extra(bodies, contacts):
             s, width = contacts.partners.shape
+            # 1/m per sphere (its body's; 0 for fixed and kinematic bodies)
+            inverse = jnp.where(bodies.kinematic, 0.0, bodies.inverse_mass)
+            inverse = inverse if not clumps else inverse[owner]
             i = jnp.repeat(jnp.arange(s, dtype=jnp.int32), width, total_repeat_length=s * width)
             j = contacts.partners.reshape(-1)
             valid = j >= 0
             if clumps:  # no lubrication between members of one clump
                 valid = valid & (owner[i] != owner[jnp.where(valid, j, 0)])
             x, v, _ = members(bodies)
-            force = psm.lubrication_pairs(x, v, radius, i, j, valid, mu, cutoff, min_gap)
+            force = psm.lubrication_pairs(
+                x, v, radius, i, j, valid, mu, cutoff, min_gap, inverse, dt
+            )  # fmt: skip
             if planes:
                 force = force + psm.lubrication_planes(
                     x, v, radius, params.plane_point, params.plane_normal,
-                    params.plane_velocity, mu, cutoff, min_gap,
+                    params.plane_velocity, mu, cutoff, min_gap, inverse, dt,
                 )  # fmt: skip
             if not clumps:
                 return force, jnp.zeros_like(force)
