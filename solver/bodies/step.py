@@ -637,7 +637,10 @@ def initial_state(
     partners = jnp.full((s, width), -1, jnp.int32)
     history = jnp.zeros((s, width, 3), dtype)
     plane_history = jnp.zeros((s, p, 3), dtype)
-    result = contact_forces(setup, bodies, partners, history, plane_history, params)
+    # one compiled program: op by op, the contact law's few hundred operations each compile a
+    # kernel of their own (7 s for two spheres, more than the run's own step)
+    first = jax.jit(lambda *args: contact_forces(setup, *args))
+    result = first(bodies, partners, history, plane_history, params)
     return BodyState(
         bodies=bodies,
         force=result.force,
