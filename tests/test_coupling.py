@@ -73,12 +73,21 @@ def spheres(position, velocity) -> Bodies:
 
 
 def run(bodies: Bodies, fluid_velocity, steps: int, gravity=(0.0, 0.0, 0.0), average=True):
-    """(fluid state, coupled bodies, track (steps, n, 9)) after ``steps`` coupled steps."""
-    setup = fluid_setup()
+    """(fluid state, coupled bodies, track (steps, n, 9), coupling) after ``steps`` coupled
+    steps of spheres."""
     n = bodies.position.shape[0]
+    return run_with(body_setup(n, gravity), bodies, fluid_velocity, steps, average=average)
+
+
+def run_with(
+    setup_bodies: bs.BodySetup, bodies: Bodies, fluid_velocity, steps: int, volume=None,
+    average=True,
+):  # fmt: skip
+    """``run`` for any body set-up (clumps: ``volume`` (n,) cells^3 each displaces)."""
+    setup = fluid_setup()
     coupling = PsmCoupling(
-        bodies=body_setup(n, gravity), substeps=1, dx=1.0, dt=1.0, origin=(0.0, 0.0, 0.0),
-        fluid_density=1.0, average_force=average, tracked=n,
+        bodies=setup_bodies, substeps=1, dx=1.0, dt=1.0, origin=(0.0, 0.0, 0.0),
+        fluid_density=1.0, average_force=average, tracked=setup_bodies.n_bodies, volume=volume,
     )  # fmt: skip
     velocity = np.broadcast_to(np.asarray(fluid_velocity, float)[:, None, None, None], (3, N, N, N))
     state = initial_state(setup, np.ones((N, N, N)), velocity)
@@ -283,22 +292,6 @@ def clump_body(position, velocity, omega, mass: float, inertia) -> Bodies:
     )
 
 
-def run_with(setup_bodies: bs.BodySetup, bodies: Bodies, fluid_velocity, steps: int, volume=None):
-    setup = fluid_setup()
-    coupling = PsmCoupling(
-        bodies=setup_bodies, substeps=1, dx=1.0, dt=1.0, origin=(0.0, 0.0, 0.0),
-        fluid_density=1.0, tracked=setup_bodies.n_bodies, volume=volume,
-    )  # fmt: skip
-    velocity = np.broadcast_to(np.asarray(fluid_velocity, float)[:, None, None, None], (3, N, N, N))
-    state = initial_state(setup, np.ones((N, N, N)), velocity)
-    extra = coupling.initial(bs.initial_state(coupling.bodies, bodies))
-    chunk = jax.jit(
-        make_coupled_chunk(setup, SINGLE, coupling), static_argnums=2, compiler_options=FAST_COMPILE
-    )
-    state, _, extra, track = chunk(state, make_geometry(setup), steps, extra)
-    return state, extra, np.asarray(track)
-
-
 def test_a_clump_feels_the_force_and_torque_of_its_members_about_its_centre():
     """A clump's first-step hydrodynamic force and torque equal those of two free spheres put
     where its members are, moving as its members move: the grid sees the same cover, and the
@@ -309,7 +302,7 @@ def test_a_clump_feels_the_force_and_torque_of_its_members_about_its_centre():
     mass = 2 * SPHERE_DENSITY * 4.0 / 3.0 * math.pi * RADIUS**3
     inertia = clump_inertia(mass)
     clump = clump_body(centre, v, omega, mass, inertia)
-    _, extra, _ = run_with(clump_setup(), clump, (0.0, 0.0, 0.0), 1, volume=np.array([1.0]))
+    _, extra, _, _ = run_with(clump_setup(), clump, (0.0, 0.0, 0.0), 1, volume=np.array([1.0]))
 
     members = spheres(centre + arms, v + np.cross(omega, arms))
     members = members.replace(
@@ -336,13 +329,13 @@ def test_a_clump_in_a_uniform_flow_feels_no_drag_and_conserves_momentum():
     u0 = np.array([0.03, -0.01, 0.02])
     clump = clump_body(centre, u0, (0.0, 0.0, 0.0), mass, inertia)
     steps = 16  # both runs: one compiled program (the persistent cache serves the second)
-    _, extra, track = run_with(clump_setup(), clump, u0, steps, volume=np.array([1.0]))
+    _, extra, track, _ = run_with(clump_setup(), clump, u0, steps, volume=np.array([1.0]))
     assert np.abs(track[:, 0, 6:9]).max() < ROUND_OFF, "drag in a uniform flow (Galilean check)"
     assert np.abs(np.asarray(extra.hydro_torque)).max() < ROUND_OFF
 
     v0 = np.array([0.0, 0.03, 0.04])  # broadside and along: both members drag, and it turns
     clump = clump_body(centre, v0, (0.0, 0.0, 0.005), mass, inertia)
-    state, extra, track = run_with(
+    state, extra, track, _ = run_with(
         clump_setup(), clump, (0.0, 0.0, 0.0), steps, volume=np.array([1.0])
     )
     after = fluid_momentum(state) + mass * np.asarray(extra.state.bodies.velocity[0])
@@ -385,7 +378,7 @@ def test_a_clump_at_rest_feels_the_buoyancy_of_its_members_union():
     mass = 2 * SPHERE_DENSITY * 4.0 / 3.0 * math.pi * RADIUS**3
     inertia = clump_inertia(mass)
     clump = clump_body([7.3, 7.1, 6.9], (0.0, 0.0, 0.0), (0.0, 0.0, 0.0), mass, inertia)
-    _, _, track = run_with(
+    _, _, track, _ = run_with(
         clump_setup((0.0, 0.0, -g)), clump, (0.0, 0.0, 0.0), 1, volume=np.array([union_cells])
     )
     assert np.abs(track[0, 0, 6:9]).max() < ROUND_OFF, "a hydrodynamic force at rest"
