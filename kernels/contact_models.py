@@ -82,7 +82,7 @@ MIN_RESTITUTION = math.exp(-2.0)
 """The smallest restitution a repulsive-only dashpot contact reaches, at critical damping."""
 NEWTON_STEPS = 4
 """Newton steps of `restitution_beta` from its series start: within 2e-15 of the converged beta
-for every e in (exp(-2), 1) in float64 (tests/test_contact_models.py)."""
+for every e in (exp(-2), 1) in float64 (tests/test_kernels_contact.py)."""
 SERIES_BELOW = 0.05
 """Below this t (e within ~1e-3 of exp(-2)), 2 t cot t and its slope come from their series: the
 closed forms cancel there (their terms are 1/t^2 apart)."""

@@ -18,16 +18,15 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from solver.bodies.scene import BodySpec, Material, Scene, rotation_matrices
+from solver.bodies.scene import BodySpec, Material, Scene, member_world_centres
 from solver.errors import ConfigError
 
 
 def member_centres(scene: Scene) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """World centres (m, 3), radii (m,) and owning ``scene.bodies`` index (m,) of every sphere."""
     bodies, _ = scene.arrays()
-    rotation = rotation_matrices(bodies.orientation)[bodies.member_body]
-    centres = bodies.position[bodies.member_body] + np.einsum(
-        "mij,mj->mi", rotation, bodies.member_offset
+    centres = member_world_centres(
+        bodies.position, bodies.orientation, bodies.member_body, bodies.member_offset
     )
     return centres, bodies.member_radius, bodies.body_index[bodies.member_body]
 

@@ -233,6 +233,15 @@ def body_mass(body: BodySpec, materials: dict[str, Material]) -> tuple[float, np
     return mass, inertia
 
 
+def member_world_centres(
+    position: np.ndarray, orientation: np.ndarray, member_body: np.ndarray, offset: np.ndarray
+) -> np.ndarray:
+    """(m, 3) m, the world centres of m member spheres: X_b + R_b d_k, b = member_body[k], for
+    bodies at position (n, 3) with orientation (n, 4) and body-frame offsets (m, 3)."""
+    rotation = rotation_matrices(orientation)[member_body]
+    return position[member_body] + np.einsum("mij,mj->mi", rotation, offset)
+
+
 def rotation_matrices(q: np.ndarray) -> np.ndarray:
     """Rotation matrices (n, 3, 3) of unit quaternions q (n, 4), (w, x, y, z): body to world."""
     w, x, y, z = np.moveaxis(np.asarray(q, dtype=float), -1, 0)

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from kernels.rigid_body import Bodies
-from solver.bodies.scene import rotation_matrices
+from solver.bodies.scene import member_world_centres
 from solver.bodies.step import BodySetup
 from solver.coupling.step import PsmCoupling
 from solver.fluid.cases.base import Case
@@ -55,9 +55,10 @@ class CoupledCase:
     def sphere_centres(self, position: np.ndarray, orientation: np.ndarray) -> np.ndarray:
         """(s, 3) m, the centre of every sphere (clump members included) of bodies at
         ``position`` (n, 3) m with ``orientation`` (n, 4)."""
-        owner = self.bodies.member_body
-        rotation = rotation_matrices(np.asarray(orientation, dtype=np.float64))[owner]
-        return position[owner] + np.einsum("mij,mj->mi", rotation, self.bodies.member_offset)
+        return member_world_centres(
+            position, np.asarray(orientation, np.float64), self.bodies.member_body,
+            self.bodies.member_offset,
+        )  # fmt: skip
 
 
 class SceneCase(CoupledCase):

@@ -180,7 +180,9 @@ class PsmCoupling:
             per_cover = [fa / covered for fa in cell_force]
             on_body = eps[..., None] * psm.gather_from_block(per_cover, flat)
             hydro = jnp.stack([jnp.sum(on_body, axis=1), jnp.sum(jnp.cross(rel, on_body), axis=1)])
-            hydro = halo.sum(self._per_body(hydro, xs, bodies.position))
+            hydro = halo.sum(
+                jnp.stack(self._to_bodies(hydro[0], hydro[1], xs, bodies.position, 1.0 / self.dx))
+            )
             body_dtype = bodies.position.dtype
             force_si = hydro[0].astype(body_dtype) * force_scale
             torque_si = hydro[1].astype(body_dtype) * torque_scale
@@ -228,18 +230,18 @@ class PsmCoupling:
 
         return members
 
-    def _per_body(self, hydro: Array, xs: Array, position: Array) -> Array:
-        """(2, n, 3) force and torque per body from (2, s, 3) per sphere (torque about the
-        sphere's centre, lattice units): a clump adds its members' forces and their torques
-        about its centre of mass, arm (x_k - X_b) / dx."""
+    def _to_bodies(
+        self, force: Array, torque: Array, xs: Array, position: Array, arm_scale: float = 1.0
+    ) -> tuple[Array, Array]:
+        """(n, 3) force and torque per body from (s, 3) per sphere (torque about the sphere's
+        centre): a clump adds its members' forces and their torques about its centre of mass,
+        arm (x_k - X_b) * arm_scale; spheres pass through unchanged."""
         if self.bodies.spheres_only:
-            return hydro
+            return force, torque
         owner = jnp.asarray(self.bodies.member_body, jnp.int32)
-        n = self.bodies.n_bodies
-        arm = ((xs - position[owner]) / self.dx).astype(hydro.dtype)
-        torque = hydro[1] + jnp.cross(arm, hydro[0])
-        zero = jnp.zeros((n, 3), hydro.dtype)
-        return jnp.stack([zero.at[owner].add(hydro[0]), zero.at[owner].add(torque)])
+        arm = ((xs - position[owner]) * arm_scale).astype(force.dtype)
+        zero = jnp.zeros((self.bodies.n_bodies, 3), force.dtype)
+        return zero.at[owner].add(force), zero.at[owner].add(torque + jnp.cross(arm, force))
 
     def _lubrication(self, params, dtype) -> Callable | None:
         """extra(bodies, contacts) -> (force, torque): the normal lubrication correction of
@@ -254,8 +256,6 @@ class PsmCoupling:
         members = self._members()
         clumps = not self.bodies.spheres_only
         owner = jnp.asarray(self.bodies.member_body, jnp.int32)
-        n = self.bodies.n_bodies
-
         dt = self.bodies.dt
 
         def extra(bodies, contacts):
@@ -277,12 +277,7 @@ class PsmCoupling:
                     x, v, radius, params.plane_point, params.plane_normal,
                     params.plane_velocity, mu, cutoff, min_gap, inverse, dt,
                 )  # fmt: skip
-            if not clumps:
-                return force, jnp.zeros_like(force)
-            # along the line of centres: no torque about a member's centre, (x_k - X_b) x F
-            # about its clump's
-            torque = jnp.cross(x - bodies.position[owner], force)
-            zero = jnp.zeros((n, 3), force.dtype)
-            return zero.at[owner].add(force), zero.at[owner].add(torque)
+            # along the line of centres: no torque about a member's centre
+            return self._to_bodies(force, jnp.zeros_like(force), x, bodies.position)
 
         return extra
