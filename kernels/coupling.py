@@ -158,9 +158,20 @@ def sphere_fraction(center: Array, radius: Array, cells: Array) -> Array:
         center: (n, d) cell-index coordinates; radius: (n,) cells;
         cells: (n, S^d, d) the cells' integer indices (``base[:, None] + offsets``).
     """
-    rel = cells.astype(center.dtype) - center[:, None, :]
-    distance = jnp.sqrt(jnp.sum(rel * rel, axis=-1))
-    return jnp.clip(radius[:, None] + 0.5 - distance, 0.0, 1.0)
+    d = center.shape[-1]
+    rel = [cells[..., a].astype(center.dtype) - center[:, None, a] for a in range(d)]
+    return cover_of(rel, radius)
+
+
+def cover_of(rel: Sequence[Array], radius: Array) -> Array:
+    """(n, m) ``sphere_fraction`` from the cells' offsets from the centres, d arrays (n, m).
+
+    The squared distance is summed component by component: a reduction over a last axis of
+    3 goes to a library call on XLA:CPU that costs as much as the rest of the stencil work."""
+    square = rel[0] * rel[0]
+    for r in rel[1:]:
+        square = square + r * r
+    return jnp.clip(radius[:, None] + 0.5 - jnp.sqrt(square), 0.0, 1.0)
 
 
 def local_flat_index(
@@ -184,30 +195,59 @@ def local_flat_index(
     return jnp.where(inside, flat, size)
 
 
-def scatter_to_block(values: Array, flat: Array, block: Sequence[int]) -> Array:
-    """Sum per-stencil-cell values into the block: (n, S^d, k) -> (k, *block); cells outside
-    the block (flat index = block size) are dropped."""
-    size = int(np.prod(block))
-    index = flat.reshape(-1)
-    return jnp.stack(
-        [
-            jnp.zeros(size, values.dtype)
-            .at[index]
-            .add(values[..., k].reshape(-1), mode="drop")
-            .reshape(block)
-            for k in range(values.shape[-1])
-        ]
+def scatter_rows(values: Array, flat: Array, size: int) -> Array:
+    """Sum per-stencil-cell rows into a (size, k) table of the block's cells: (n, m, k) ->
+    (size, k); cells outside the block (flat index = size) are dropped.
+
+    One scatter of k-wide rows, not k scatters of one value: XLA:CPU's scatter loop costs per
+    index, so the rows cost about what one field did (docs/performance.md)."""
+    k = values.shape[-1]
+    return (
+        jnp.zeros((size, k), values.dtype)
+        .at[flat.reshape(-1)]
+        .add(values.reshape(-1, k), mode="drop")
     )
 
 
-def gather_from_block(fields: Sequence[Array], flat: Array) -> Array:
-    """Per-stencil-cell values of k (*block) fields: (n, S^d, k); zero outside the block.
+def gather_rows(table: Array, flat: Array) -> Array:
+    """Rows of a materialised (size, k) table at per-stencil-cell flat indices: (n, m, k);
+    zero where the index is ``size`` (outside the block).
 
-    One gather per field from its flat view (a (cells, k) table would first transpose the k
-    fields into one array: a pass over them that the separate gathers skip)."""
-    return jnp.stack(
-        [field.reshape(-1).at[flat].get(mode="fill", fill_value=0.0) for field in fields], -1
-    )
+    The coupled step gathers from tables it has materialised anyway (the moments, the summed
+    cover) rather than from derived fields: XLA fuses a derived field's arithmetic into the
+    gather, which then reads every input at random once per field."""
+    return table.at[flat].get(mode="fill", fill_value=0.0)
+
+
+def cover_force(
+    moments: Array,
+    cover: Array,
+    tau: float,
+    weighting: str = "noble_torczynski",
+    body_force: Sequence[Array | float] | None = None,
+) -> list[Array]:
+    """d arrays (...): the lattice force on the solid per unit cover in each cell, the cell's
+    force B (rho (u - u_s) - F) (as ``psm_blend`` gives it) over the cell's total cover; a
+    body covering eps of the cell takes eps times it. One array per component, so that the
+    sums over a stencil run along its last axis.
+
+    Args:
+        moments: (..., d+1) rho and the force-shifted u of the cells (``moment_table``).
+        cover: (..., d+1) the cells' summed cover eps_total and eps u_s (``scatter_rows``).
+        body_force: d scalars, the fluid's body force density F (None: none).
+    """
+    d = moments.shape[-1] - 1
+    eps_total = cover[..., 0]
+    covered = jnp.where(eps_total > 0, eps_total, 1.0)
+    weight = psm_weight(eps_total, tau, weighting)
+    rho = moments[..., 0]
+    force = []
+    for a in range(d):
+        drag = rho * (moments[..., 1 + a] - cover[..., 1 + a] / covered)
+        if body_force is not None:
+            drag = drag - body_force[a]
+        force.append(weight * drag / covered)
+    return force
 
 
 # ---------------------------------------------------------------- lubrication

@@ -32,10 +32,11 @@ from jax import Array, lax
 
 from kernels import clump
 from kernels import coupling as psm
+from kernels.materialise import materialised
 from kernels.rigid_body import angular_velocity
 from solver.bodies.step import BodySetup, BodyState, body_step
 from solver.distributed.halo import Halo
-from solver.fluid.collide import OPERATORS, CollisionParams, body_force_at, moments
+from solver.fluid.collide import OPERATORS, CollisionParams, body_force_at, moment_table
 from solver.fluid.setup import FluidSetup
 
 TRACK_FIELDS = 9  # position (3), velocity (3), hydrodynamic force (3) per tracked body
@@ -151,37 +152,62 @@ class PsmCoupling:
             block = tuple(f[0].shape)
             xs, vs, ws = members(bodies)
             center = ((xs - origin) / self.dx - 0.5).astype(dtype)
+            v = (vs * velocity_scale).astype(dtype)
+            w = (ws * self.dt).astype(dtype)
+            # per body, then per stencil cell, computed once: fused into the per-cell work
+            # (and the gathers) XLA recomputes each for every cell it touches
+            center, v, w = materialised((center, v, w), time)
             rad = jnp.asarray(radius, dtype)
             base = psm.stencil_base(center, rad)
             cells = base[:, None, :] + offsets[None, :, :]
-            eps = psm.sphere_fraction(center, rad, cells)
-            rel = cells.astype(dtype) - center[:, None, :]
-            v = (vs * velocity_scale).astype(dtype)
-            w = (ws * self.dt).astype(dtype)
-            u_solid = v[:, None, :] + jnp.cross(w[:, None, :], rel)
+            # (s, m) per component: the sums over a stencil run along the last axis
+            rel = [cells[..., a].astype(dtype) - center[:, None, a] for a in range(3)]
+            eps = psm.cover_of(rel, rad)
+            spin = [
+                w[:, None, 1] * rel[2] - w[:, None, 2] * rel[1],
+                w[:, None, 2] * rel[0] - w[:, None, 0] * rel[2],
+                w[:, None, 0] * rel[1] - w[:, None, 1] * rel[0],
+            ]
             flat = psm.local_flat_index(cells, halo.origin(block), block, setup.shape)
-            cover = jnp.concatenate([eps[..., None], eps[..., None] * u_solid], axis=-1)
-            fields = psm.scatter_to_block(cover, flat, block)
+            cover = jnp.stack([eps] + [eps * (v[:, None, a] + spin[a]) for a in range(3)], -1)
+            eps, rel, flat, cover = materialised((eps, rel, flat, cover), time)
+            table = psm.scatter_rows(cover, flat, size=int(np.prod(block)))
             solid = geo.get("solid_interior")
             if solid is not None:  # the fluid's own walls take no body
-                fields = jnp.where(solid[None], 0.0, fields)
-            eps_total = fields[0]
+                table = jnp.where(solid.reshape(-1, 1), 0.0, table)
+            eps_total = table[:, 0].reshape(block)
             covered = jnp.where(eps_total > 0, eps_total, 1.0)
-            u_cell = [fields[1 + a] / covered for a in range(lat.d)]
+            u_cell = [table[:, 1 + a].reshape(block) / covered for a in range(lat.d)]
             weight = psm.psm_weight(eps_total, tau, self.weighting)
 
             force = body_force_at(setup, time)
-            rho, u = moments(lat, f, force, dtype)
+            both = moment_table(lat, f, force, dtype)
+            rho, u = both[..., 0], [both[..., 1 + a] for a in range(lat.d)]
             fluid_post = operator(f, rho, u, force, params)
-            post, cell_force = psm.psm_blend(lat, f, fluid_post, rho, u, weight, u_cell, force)
+            post, _ = psm.psm_blend(lat, f, fluid_post, rho, u, weight, u_cell, force)
             post = tuple(p.astype(dtype) for p in post)
 
-            # each body takes its cover's share eps / eps_total of a cell's force
-            per_cover = [fa / covered for fa in cell_force]
-            on_body = eps[..., None] * psm.gather_from_block(per_cover, flat)
-            hydro = jnp.stack([jnp.sum(on_body, axis=1), jnp.sum(jnp.cross(rel, on_body), axis=1)])
+            # each body takes its cover's share eps / eps_total of a cell's force, from the
+            # moments and the cover gathered at its stencil (psm_blend's cell force, per cover)
+            rows = materialised(
+                (psm.gather_rows(both.reshape(-1, lat.d + 1), flat), psm.gather_rows(table, flat)),
+                time,
+            )
+            per_cover = psm.cover_force(*rows, tau, self.weighting, force)
+            on_body = [eps * fa for fa in per_cover]
+            force_sum = jnp.stack([jnp.sum(fa, axis=1) for fa in on_body], -1)
+            torque_sum = jnp.stack(
+                [
+                    jnp.sum(rel[1] * on_body[2] - rel[2] * on_body[1], axis=1),
+                    jnp.sum(rel[2] * on_body[0] - rel[0] * on_body[2], axis=1),
+                    jnp.sum(rel[0] * on_body[1] - rel[1] * on_body[0], axis=1),
+                ],
+                -1,
+            )
             hydro = halo.sum(
-                jnp.stack(self._to_bodies(hydro[0], hydro[1], xs, bodies.position, 1.0 / self.dx))
+                jnp.stack(
+                    self._to_bodies(force_sum, torque_sum, xs, bodies.position, 1.0 / self.dx)
+                )
             )
             body_dtype = bodies.position.dtype
             force_si = hydro[0].astype(body_dtype) * force_scale

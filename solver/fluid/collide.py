@@ -76,7 +76,14 @@ def body_force_at(setup: FluidSetup, time: Array) -> tuple | None:
 def moments(
     lattice: Lattice, f: Populations, force: Force, dtype: np.dtype
 ) -> tuple[Array, list[Array]]:
-    """Density rho (*shape) and the force-shifted velocity u (d arrays (*shape)) of q arrays f.
+    """Density rho (*shape) and the force-shifted velocity u (d arrays (*shape)) of q arrays f:
+    the columns of ``moment_table``."""
+    both = moment_table(lattice, f, force, dtype)
+    return both[..., 0], [both[..., 1 + a] for a in range(lattice.d)]
+
+
+def moment_table(lattice: Lattice, f: Populations, force: Force, dtype: np.dtype) -> Array:
+    """(*shape, d+1) array of rho and the force-shifted velocity u of q arrays f.
 
     rho = sum_i f_i, u = (sum_i c_i f_i + F/2) / rho (Guo, Zheng & Shi 2002).
 
@@ -86,7 +93,7 @@ def moments(
     concatenate keeps the fusion vectorised (with 27 inputs LLVM left the concatenate form
     scalar: D3Q27 1.5x faster periodic, 2.7x with walls). docs/performance.md, point 7.
     """
-    q, d = lattice.q, lattice.d
+    q = lattice.q
     rows = np.concatenate([np.ones((q, 1)), lattice.c], axis=1).astype(dtype)  # (q, d+1)
     sums = sum(f[i][..., None] * rows[i] for i in range(q))
     if force is not None:
@@ -94,8 +101,7 @@ def moments(
         sums = sums + jnp.stack(half_force)
     rho_col = sum(f[i] for i in range(q))[..., None]
     first = lax.broadcasted_iota(jnp.int32, sums.shape, sums.ndim - 1) == 0
-    both = sums / jnp.where(first, jnp.ones_like(rho_col), rho_col)
-    return both[..., 0], [both[..., 1 + a] for a in range(d)]
+    return sums / jnp.where(first, jnp.ones_like(rho_col), rho_col)
 
 
 def with_guo_source(
