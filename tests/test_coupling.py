@@ -146,6 +146,40 @@ def test_psm_weight_limits():
     assert weight[0] == 0.0 and weight[2] == 1.0 and 0.0 < weight[1] < 0.5
 
 
+def test_the_gathered_cell_force_per_cover_is_the_blends_force_and_materialising_keeps_values():
+    """cover_force on gathered 4-wide rows equals psm_blend's cell force over the cell's total
+    cover (the body side of the coupled step against the grid side), with a body force and
+    cells left uncovered; materialised() changes neither values nor gradients."""
+    from kernels.materialise import materialised
+    from solver.fluid.collide import moment_table
+
+    rng = np.random.default_rng(3)
+    shape, tau, force = (4, 5, 6), 0.8, (1e-5, -2e-5, 3e-5)
+    w, q = np.asarray(D3Q19.w), D3Q19.q
+    f = [jnp.asarray(w[i] * (1 + 0.05 * rng.standard_normal(shape)), jnp.float32) for i in range(q)]
+    eps_total = np.where(rng.random(shape) < 0.3, 0.0, rng.uniform(0.05, 1.8, shape))
+    u_s = 0.02 * rng.standard_normal((3, *shape))
+    table = jnp.asarray(np.stack([eps_total, *(eps_total * u_s)], -1).reshape(-1, 4), jnp.float32)
+    both = moment_table(D3Q19, f, force, np.float32)
+    rho, u = both[..., 0], [both[..., 1 + a] for a in range(3)]
+    covered = np.where(eps_total > 0, eps_total, 1.0)
+    weight = psm.psm_weight(jnp.asarray(eps_total, jnp.float32), tau)
+    u_cell = [jnp.asarray(u_s[a] * eps_total / covered, jnp.float32) for a in range(3)]
+    _, cell_force = psm.psm_blend(D3Q19, f, f, rho, u, weight, u_cell, force)
+    flat = jnp.asarray(rng.integers(0, math.prod(shape) + 1, size=(7, 11)), jnp.int32)
+    rows = (psm.gather_rows(both.reshape(-1, 4), flat), psm.gather_rows(table, flat))
+    got = psm.cover_force(*materialised(rows, jnp.int32(0)), tau, "noble_torczynski", force)
+    inside = np.asarray(flat) < math.prod(shape)
+    for a in range(3):
+        want = (np.asarray(cell_force[a]) / covered).reshape(-1)
+        want = np.where(inside, want[np.minimum(np.asarray(flat), want.size - 1)], 0.0)
+        np.testing.assert_allclose(np.asarray(got[a]), want, rtol=2e-6, atol=1e-12)
+    x = jnp.linspace(0.0, 1.0, 5)
+    np.testing.assert_array_equal(materialised(x, jnp.int32(2)), x)
+    grad = jax.grad(lambda y: jnp.sum(materialised(y, jnp.int32(2)) ** 2))(x)
+    np.testing.assert_allclose(grad, 2 * x)
+
+
 def test_a_sphere_at_rest_in_fluid_at_rest_feels_only_buoyancy():
     g = 1e-5
     bodies = spheres([[7.3, 7.1, 6.9]], [[0.0, 0.0, 0.0]])
