@@ -6,7 +6,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 TEST_STAMP := $(VENV)/.installed-test-stamp
-APT_PACKAGES := slurm-wlm munge libopenmpi-dev openmpi-bin mosquitto openssl
+APT_PACKAGES := slurm-wlm munge libopenmpi-dev openmpi-bin mosquitto openssl lammps
 # mpi4jax builds its CUDA extension when it finds CUDA headers under CUDA_PATH (or next to nvcc);
 # an empty folder builds the CPU-only extension, which is what a machine with nvcc but no CUDA
 # runtime needs. On a GPU cluster: `make test MPI4JAX_CUDA_PATH=/usr/local/cuda`.

@@ -2,6 +2,8 @@
 
     python -m solver.bench bodies [--sizes 10000,100000] [--ensemble 1024]
                                   [--ensemble-bodies 16] [--steps 20] [--repeats 3] [--json PATH]
+                                  [--peer lammps] [--peer-steps 200] [--peer-ranks N]
+                                  [--peer-dir DIR]
 
 Packings: n equal spheres (r = 1 mm, glass-like, Hertz-Mindlin with friction) on a simple cubic
 lattice of spacing 2 r inside a box of six rigid walls, each centre jittered by up to
@@ -25,6 +27,11 @@ partner's kinematics gathered once per table slot) against the measured copy ban
 body-steps/s that memory traffic alone would allow; the fraction of it reached is printed. The
 count ignores the cell list and all intermediate arrays, so the true ceiling is lower and the
 fraction an overestimate of how close the step is to the memory bound.
+
+Peer: ``--peer lammps`` runs LAMMPS (Debian's ``lammps``) on each packing, with its neighbour
+list rebuilt lazily (the solver's rule) and every step, on as many MPI ranks as cores, and prints
+both rates side by side (solver/bench/lammps_peer.py; the deck of 10^4 spheres is
+docs/lammps/in.bodies).
 """
 
 from __future__ import annotations
@@ -310,6 +317,55 @@ def format_table(rows: list[BodiesBenchRow]) -> str:
     return "\n".join(lines)
 
 
+def run_peer(n: int, row: BodiesBenchRow, steps: int, ranks: int | None,
+             directory: str | None) -> list[dict]:  # fmt: skip
+    """LAMMPS on the packing of ``row`` (the same seed), for both rebuild policies; [] with a
+    message when ``lmp`` is not installed. Rows: policy, rate, the solver's rate and its ratio."""
+    import tempfile
+    from pathlib import Path
+
+    from solver.bench import lammps_peer
+
+    if lammps_peer.executable() is None:
+        print("peer lammps: skipped (lmp not found; Debian's package `lammps` provides it)")
+        return []
+    setup, position = build_scene(n, _lattice_counts(n), 0)
+    base = Path(directory) if directory else Path(tempfile.mkdtemp(prefix="lammps_peer_"))
+    results = []
+    for policy in lammps_peer.POLICIES:
+        deck = lammps_peer.write_deck(base / f"n{n}_{policy}", setup, position, DENSITY, steps,
+                                      policy)  # fmt: skip
+        peer = lammps_peer.run(deck, policy, ranks)
+        results.append({
+            "bodies": n, "policy": policy, "ranks": peer.ranks, "steps": peer.steps,
+            "lammps_body_steps_per_s": peer.body_steps_per_s,
+            "solver_body_steps_per_s": row.body_steps_per_s,
+            "solver_fraction": row.body_steps_per_s / peer.body_steps_per_s,
+            "deck": str(deck),
+        })  # fmt: skip
+        print(f"peer lammps {n} spheres, rebuild {policy}: {peer.body_steps_per_s:.4g} "
+              f"body-steps/s on {peer.ranks} ranks ({peer.steps} steps, {peer.loop_s:.3g} s); "
+              f"the solver reaches {100 * results[-1]['solver_fraction']:.1f} % of it",
+              flush=True)  # fmt: skip
+    return results
+
+
+def format_peers(peers: list[dict]) -> str:
+    """Side-by-side table of the solver and LAMMPS on the same packings."""
+    head = (f"{'bodies':>7} {'LAMMPS rebuild':>14} {'ranks':>5} {'LAMMPS':>10} {'solver':>10} "
+            f"{'solver/LAMMPS':>13}")  # fmt: skip
+    lines = [head, "-" * len(head)]
+    for p in peers:
+        lines.append(
+            f"{p['bodies']:7d} {p['policy']:>14} {p['ranks']:5d} "
+            f"{p['lammps_body_steps_per_s']:10.4g} {p['solver_body_steps_per_s']:10.4g} "
+            f"{100 * p['solver_fraction']:12.1f}%"
+        )
+    lines.append("rebuild lazy: when an atom moved more than half the skin (the solver's rule); "
+                 "every: each step")  # fmt: skip
+    return "\n".join(lines)
+
+
 def _positive_ints(text: str) -> list[int]:
     try:
         values = [int(t) for t in text.split(",") if t.strip()]
@@ -344,7 +400,27 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--steps", type=int, default=20, help="steps per timed chunk")
     parser.add_argument("--repeats", type=int, default=3, help="timed chunks per row (median)")
     parser.add_argument("--json", metavar="PATH", default=None, help="also write results here")
+    parser.add_argument(
+        "--peer",
+        choices=["lammps"],
+        default=None,
+        help="also run LAMMPS on each packing (solver/bench/lammps_peer.py)",
+    )
+    parser.add_argument(
+        "--peer-steps", type=int, default=200, help="LAMMPS steps per run (default 200)"
+    )
+    parser.add_argument(
+        "--peer-ranks", type=int, default=None, help="LAMMPS MPI ranks (default: the cores)"
+    )
+    parser.add_argument(
+        "--peer-dir",
+        default=None,
+        help="write the LAMMPS decks here (default: a temporary directory)",
+    )
     args = parser.parse_args(argv)  # fmt: skip
+    if args.peer_steps < 1 or (args.peer_ranks is not None and args.peer_ranks < 1):
+        parser.error(f"--peer-steps ({args.peer_steps}) and --peer-ranks ({args.peer_ranks}) "
+                     "must be >= 1")  # fmt: skip
     if args.steps < 1 or args.repeats < 1:
         parser.error(f"--steps ({args.steps}) and --repeats ({args.repeats}) must be >= 1")
     if args.ensemble < 0 or args.ensemble_bodies < 1:
@@ -374,8 +450,11 @@ def main(argv: list[str] | None = None) -> int:
         lines = format_table([row]).splitlines()
         print("\n".join(lines if len(rows) == 1 else lines[-1:]), flush=True)
 
+    peers: list[dict] = []
     for n in args.sizes:
         show(bench_packing(n, args.steps, args.repeats, copy_run))
+        if args.peer == "lammps":
+            peers += run_peer(n, rows[-1], args.peer_steps, args.peer_ranks, args.peer_dir)
     if args.ensemble:
         show(bench_ensemble(args.ensemble, args.ensemble_bodies, args.steps, args.repeats,
                             copy_run))  # fmt: skip
@@ -391,8 +470,12 @@ def main(argv: list[str] | None = None) -> int:
         sizes = sorted(r.bodies for r in rows if r.kind == "packing")
         print(f"time per step grows x{ratio:.2f} per 10x bodies ({sizes[0]} -> {sizes[-1]}; "
               "linear: 10)")  # fmt: skip
+    if peers:
+        print()
+        print(format_peers(peers))
     if args.json:
         payload = {
+            "peers": peers,
             "device": str(devices[0]),
             "devices": len(devices),
             "cpu_count": os.cpu_count(),
