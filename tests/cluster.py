@@ -10,6 +10,8 @@ Every wait has a timeout, and the daemons' standard streams are detached so CI n
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import shutil
 import socket
@@ -24,6 +26,7 @@ import pytest
 SLURM_CONF = Path("/etc/slurm/slurm.conf")
 SLURM_LOG_DIR = Path("/var/log/slurm")
 MUNGE_RUN_DIR = Path("/run/munge")
+START_LOCK = Path("/run/lock/lbsolver-test-cluster.lock")  # serialises cluster starts
 PARTITION = "debug"
 # The first line of the slurm.conf written here; a slurm.conf without it is never overwritten.
 CONF_MARKER = "# Written by tests/cluster.py: a one-node test cluster."
@@ -358,6 +361,20 @@ def cancel_jobs_named(name: str) -> None:
     run(["scancel", "--name", name], timeout_s=10)
 
 
+@contextlib.contextmanager
+def _start_lock():
+    """Hold an exclusive lock while starting the daemons: two test processes starting the
+    cluster at once both find munged absent, start it, and the second munged exits 1 on the
+    first one's socket (seen in a full run). The second now waits and reuses the cluster."""
+    START_LOCK.parent.mkdir(parents=True, exist_ok=True)
+    with open(START_LOCK, "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
 def cluster_for_tests() -> Cluster:
     """The body of a test fixture: skip when no cluster can run here, fail when one should but
     does not start, else return the running cluster. Use it in a session-scoped fixture::
@@ -370,6 +387,7 @@ def cluster_for_tests() -> Cluster:
     if reason is not None:
         pytest.skip(reason)
     try:
-        return ensure_cluster()
+        with _start_lock():
+            return ensure_cluster()
     except (ClusterError, subprocess.TimeoutExpired) as err:
         pytest.fail(f"the Slurm test cluster did not start: {err}")
