@@ -82,6 +82,9 @@ def test_scene_with_a_clump_from_yaml_file_runs_through_the_app(tmp_path):
     assert diag["positions_finite"] and diag["contacts_max"] >= 1  # the lowest sits on the floor
     # the spheres rest on each other and the floor, they do not pass through it
     assert diag["lowest_centre_final_m"] > 0.009
+    # bodies.diagnostics_every null: a scene totals its energies at the output steps only
+    rows = np.loadtxt(out / "energies.csv", delimiter=",", skiprows=1, ndmin=2)
+    np.testing.assert_array_equal(rows[:, 0], [0, 200, 400])
 
 
 def test_example_hdf5_scene_by_relative_path_runs_through_the_app(tmp_path):
@@ -123,6 +126,15 @@ def test_bad_body_in_a_file_names_the_body(tmp_path, change, needle):
     path.write_text(yaml.safe_dump(scene))
     with pytest.raises(ConfigError, match=needle):
         build_body_case(compose("case=scene", f"case.file={path}"))
+
+
+def test_diagnostics_every_is_checked():
+    assert compose("case=scene", "bodies.diagnostics_every=7").bodies.diagnostics_every == 7
+    assert compose("case=scene").bodies.diagnostics_every is None
+    with pytest.raises(ConfigError, match=r"bodies.diagnostics_every = 0: allowed an integer >= 1"):
+        compose("case=scene", "bodies.diagnostics_every=0")
+    with pytest.raises(ConfigError, match="bodies.diagnostics_every = 5: allowed null or 1 with bodies.mesh"):
+        compose("case=scene", "bodies.diagnostics_every=5", "bodies.mesh=[2,1,1]")
 
 
 def test_inline_overlap_and_dt_errors_name_the_key():

@@ -276,3 +276,31 @@ def test_verlet_list_gives_the_contacts_and_motion_of_the_every_step_rebuild():
     np.testing.assert_array_equal(kept.plane_history, rebuilt.plane_history)
     # the energy sums the same contacts laid out in other slots: equal to round-off
     np.testing.assert_allclose(kept.elastic_energy, rebuilt.elastic_energy, rtol=1e-12)
+
+
+def test_diagnostics_every_k_steps_samples_the_same_totals_and_leaves_the_state_bitwise():
+    """make_body_chunk(every=3): totals at steps that are multiples of 3 and at the chunk's
+    last step, equal to the every-step chunk's there, zeros (sampled False) between; the state
+    is the same bit for bit (the totals never feed back)."""
+    setup = make_setup(n=2, normals=((0.0, 0.0, 1.0),), dt=5e-5)
+    bodies = spheres([[0.0, 0.0, 1.2 * RADIUS], [2.05 * RADIUS, 0.0, RADIUS * 0.99]],
+                     [[0.3, 0.0, -0.5], [-0.2, 0.1, 0.0]])  # fmt: skip
+    start = bs.initial_state(setup, bodies)
+    every_step = jax.jit(bs.make_body_chunk(setup), static_argnums=1)
+    sparse = jax.jit(bs.make_body_chunk(setup, every=3), static_argnums=1)
+    for first in (start, every_step(start, 2)[0]):  # chunks starting at step 0 and at step 2
+        state_a, full = every_step(first, 7)
+        state_b, some = sparse(first, 7)
+        jax.tree.map(np.testing.assert_array_equal, state_a, state_b)
+        steps = int(first.time) + 1 + np.arange(7)
+        want = (steps % 3 == 0) | (np.arange(7) == 6)
+        np.testing.assert_array_equal(np.asarray(some.sampled), want)
+        assert np.asarray(full.sampled).all()
+        for name in ("kinetic_energy", "potential_energy", "momentum", "angular_momentum",
+                     "contacts", "elastic_energy"):  # fmt: skip
+            a, b = np.asarray(getattr(full, name)), np.asarray(getattr(some, name))
+            np.testing.assert_array_equal(b[want], a[want], err_msg=name)
+            assert not np.any(b[~want]), name
+        assert np.asarray(full.contacts).max() > 0, "nothing touched: the totals were trivial"
+    with pytest.raises(ValueError, match="every"):
+        bs.make_body_chunk(setup, every=0)

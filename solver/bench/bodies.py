@@ -3,18 +3,20 @@
     python -m solver.bench bodies [--sizes 10000,100000] [--ensemble 1024]
                                   [--ensemble-bodies 16] [--steps 20] [--repeats 3] [--json PATH]
                                   [--peer lammps] [--peer-steps 200] [--peer-ranks N]
-                                  [--peer-dir DIR]
+                                  [--peer-dir DIR] [--diagnostics-every K]
 
 Packings: n equal spheres (r = 1 mm, glass-like, Hertz-Mindlin with friction) on a simple cubic
 lattice of spacing 2 r inside a box of six rigid walls, each centre jittered by up to
 ``JITTER`` r, so that about half the lattice neighbours start slightly overlapped, under
 gravity (the packing settles and its contacts carry load). Float64, dt half the stable step.
-The real solver chunk (``solver.bodies.step.make_body_chunk``, neighbour search every step) is
-jitted with the step count static and the state donated, as the run loop does; after one
-warm-up call ``repeats`` chunks of ``steps`` steps are timed, each right after one run of the
-memory-copy probe of ``solver.bench`` (float64), so that load from other processes affects both
-alike. Reported per size: body-steps/s (median) and the time per step; for two or more sizes the
-ratio t(n_big)/t(n_small) per tenfold increase of n (linear cost: 10).
+The real solver chunk (``solver.bodies.step.make_body_chunk``, the Verlet table rebuilt when a
+sphere moved half the skin, the energy and momentum totals once per chunk as a scene run takes
+them at its output steps, or every ``--diagnostics-every`` steps) is jitted with the step count
+static and the state donated, as the run loop does; after one warm-up call ``repeats`` chunks of
+``steps`` steps are timed, each right after one run of the memory-copy probe of ``solver.bench``
+(float64), so that load from other processes affects both alike. Reported per size: body-steps/s
+(median) and the time per step; for two or more sizes the ratio t(n_big)/t(n_small) per tenfold
+increase of n (linear cost: 10).
 
 Ensemble: ``ensemble`` independent scenes of ``ensemble_bodies`` spheres (a jittered column
 dropping onto the floor of a small box), members differing in their jitter and restitution,
@@ -223,8 +225,12 @@ def _row(kind, bodies, members, steps, seconds, bandwidths, contacts, compile_s,
     )
 
 
-def bench_packing(n: int, steps: int, repeats: int, copy_run, seed: int = 0) -> BodiesBenchRow:
-    """Time the solver chunk on a settling packing of n spheres."""
+def bench_packing(
+    n: int, steps: int, repeats: int, copy_run, seed: int = 0, every: int | None = None
+) -> BodiesBenchRow:
+    """Time the solver chunk on a settling packing of n spheres; ``every``: steps between the
+    energy and momentum totals (None: once per chunk, at its end, as a scene run totals at its
+    output steps)."""
     from solver.bodies.step import initial_state, make_body_chunk
 
     setup, position = build_scene(n, _lattice_counts(n), seed)
@@ -232,7 +238,7 @@ def bench_packing(n: int, steps: int, repeats: int, copy_run, seed: int = 0) -> 
     # jitted: op by op, the first neighbour search of 1e5 spheres would take minutes
     state = jax.jit(lambda b: initial_state(setup, b))(_spheres(position))
     compiled = (
-        jax.jit(make_body_chunk(setup), static_argnums=1, donate_argnums=0)
+        jax.jit(make_body_chunk(setup, every or steps), static_argnums=1, donate_argnums=0)
         .lower(state, steps)
         .compile()
     )
@@ -401,6 +407,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--repeats", type=int, default=3, help="timed chunks per row (median)")
     parser.add_argument("--json", metavar="PATH", default=None, help="also write results here")
     parser.add_argument(
+        "--diagnostics-every",
+        type=int,
+        default=None,
+        help="packings: steps between energy totals (default: once per chunk)",
+    )
+    parser.add_argument(
         "--peer",
         choices=["lammps"],
         default=None,
@@ -421,6 +433,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if args.peer_steps < 1 or (args.peer_ranks is not None and args.peer_ranks < 1):
         parser.error(f"--peer-steps ({args.peer_steps}) and --peer-ranks ({args.peer_ranks}) "
                      "must be >= 1")  # fmt: skip
+    if args.diagnostics_every is not None and args.diagnostics_every < 1:
+        parser.error(f"--diagnostics-every ({args.diagnostics_every}) must be >= 1")
     if args.steps < 1 or args.repeats < 1:
         parser.error(f"--steps ({args.steps}) and --repeats ({args.repeats}) must be >= 1")
     if args.ensemble < 0 or args.ensemble_bodies < 1:
@@ -452,7 +466,7 @@ def main(argv: list[str] | None = None) -> int:
 
     peers: list[dict] = []
     for n in args.sizes:
-        show(bench_packing(n, args.steps, args.repeats, copy_run))
+        show(bench_packing(n, args.steps, args.repeats, copy_run, every=args.diagnostics_every))
         if args.peer == "lammps":
             peers += run_peer(n, rows[-1], args.peer_steps, args.peer_ranks, args.peer_dir)
     if args.ensemble:

@@ -80,6 +80,9 @@ class BodyCase:
             "contacts" (S,), optionally "elastic" (S,) J in the normal contact springs) and the
             state's "orientation" (T, n, 4) and "velocity" (T, n, 3) at the output steps.
         info: case parameters for run.json.
+        series_every_step: its ``diagnose`` reads the per-step series (contact times, energy
+            balances): the totals are then computed every step unless
+            ``bodies.diagnostics_every`` says otherwise.
     """
 
     name: str
@@ -92,6 +95,7 @@ class BodyCase:
     stable_dt: float | None
     diagnose: Callable[[np.ndarray, np.ndarray, dict], dict] = field(repr=False)
     info: dict = field(default_factory=dict)
+    series_every_step: bool = True
 
 
 def build_body_case(config: RunConfig) -> BodyCase:

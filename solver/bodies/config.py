@@ -185,6 +185,8 @@ class BodiesConfig:
     mesh: tuple[int, int, int] | None = None  # spatial decomposition: subdomains along x, y, z
     # buffer sizes of the decomposition (None: sized from the scene; see solver/distributed/bodies)
     capacities: tuple[tuple[str, int], ...] = ()
+    # steps between energy/momentum totals; None: the case decides (solver.bodies.model)
+    diagnostics_every: int | None = None
 
     @classmethod
     def default(cls) -> BodiesConfig:
@@ -500,7 +502,12 @@ def parse_bodies(s: Section) -> BodiesConfig:
     for name in BODY_CAPACITIES:
         if s.data.get(name) is not None:
             capacities.append((name, s.integer(name)))
-    return BodiesConfig(ensemble=ensemble, mesh=mesh, capacities=tuple(capacities))
+    every = s.integer("diagnostics_every", allow_none=True)
+    if every not in (None, 1) and (mesh is not None or ensemble.enabled):
+        allowed = "null or 1 with bodies.mesh or an ensemble (they total every step)"
+        raise ConfigError(s.key("diagnostics_every"), every, allowed)
+    return BodiesConfig(ensemble=ensemble, mesh=mesh, capacities=tuple(capacities),
+                        diagnostics_every=every)  # fmt: skip
 
 
 # case.name -> the parser of the ``case`` section of that rigid-body case

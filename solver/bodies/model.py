@@ -81,7 +81,7 @@ class BodyModel:
             log.info("%s: split over a %s mesh of subdomains", case.name,
                      "x".join(map(str, mesh)))  # fmt: skip
         else:
-            self.stepper = SingleStepper(setup, case.bodies)
+            self.stepper = SingleStepper(setup, case.bodies, self.diagnostics_every(config))
         self.layout = HostLayout(runtime, {"mesh": list(mesh) if mesh else None})
         self.identity = {
             "case": case.name,
@@ -187,6 +187,17 @@ class BodyModel:
             self.frames[key].append(fields[key])
         self._last = fields
 
+    def diagnostics_every(self, config) -> int:
+        """Steps between the energy and momentum totals (energies.csv, run.json): the
+        ``bodies.diagnostics_every`` given; by default every step for the cases whose checks read
+        the per-step series, else the output interval (rows also at every chunk's end)."""
+        every = config.bodies.diagnostics_every
+        if every is not None:
+            return every
+        if self.case.series_every_step:
+            return 1
+        return self.schedule.every or max(1, self.total)
+
     # ------------------------------------------------------------------ stepping
 
     def advance(self, state, n: int):
@@ -204,6 +215,9 @@ class BodyModel:
 
     def record(self, first: int, n: int, state, report) -> None:
         block = energy_rows(first + 1, self.dt, report)
+        sampled = getattr(report, "sampled", None)
+        if sampled is not None:  # bodies.diagnostics_every: only the steps that were sampled
+            block = block[np.broadcast_to(np.asarray(sampled, bool), block.shape[:1])]
         self.rows.append(block)
         if self.energy_log is not None:
             self.energy_log.append(block)

@@ -112,6 +112,7 @@ def build_scene_case(case: SceneCaseConfig):
         output_every=case.output_every,
         stable_dt=stable,
         diagnose=diagnose,
+        series_every_step=False,  # final and largest values only
         info={
             "source": source,
             "bodies": int(arrays.position.shape[0]),

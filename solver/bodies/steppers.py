@@ -35,11 +35,11 @@ class SingleStepper:
 
     spatial = False
 
-    def __init__(self, setup: BodySetup, bodies: Bodies) -> None:
+    def __init__(self, setup: BodySetup, bodies: Bodies, diagnostics_every: int = 1) -> None:
         self.setup = setup
         # jitted: eagerly, its few hundred small operations compile one by one (~7 s)
         self._state0 = jax.jit(initial_state, static_argnums=0)(setup, bodies)
-        self._chunk = jax.jit(make_body_chunk(setup), static_argnums=1)
+        self._chunk = jax.jit(make_body_chunk(setup, diagnostics_every), static_argnums=1)
         self.initial = jax.device_get(jax.jit(lambda s: diagnostics(setup, s))(self._state0))
         self.traffic = None
 

@@ -162,7 +162,8 @@ def energy_rows(first_step: int, dt: float, diag) -> np.ndarray:
 
 
 class EnergyLog:
-    """energies.csv: a header, then the rows of every step, appended after each chunk."""
+    """energies.csv: a header, then the rows of every sampled step (every step unless
+    bodies.diagnostics_every says otherwise), appended after each chunk."""
 
     def __init__(self, path: Path, rows: np.ndarray | None = None) -> None:
         """``rows``: (S, 13) rows a resumed run had written up to its checkpoint."""
