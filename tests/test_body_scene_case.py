@@ -131,9 +131,10 @@ def test_bad_body_in_a_file_names_the_body(tmp_path, change, needle):
 def test_diagnostics_every_is_checked():
     assert compose("case=scene", "bodies.diagnostics_every=7").bodies.diagnostics_every == 7
     assert compose("case=scene").bodies.diagnostics_every is None
-    with pytest.raises(ConfigError, match=r"bodies.diagnostics_every = 0: allowed an integer >= 1"):
+    key = "bodies.diagnostics_every"
+    with pytest.raises(ConfigError, match=f"{key} = 0: allowed an integer >= 1"):
         compose("case=scene", "bodies.diagnostics_every=0")
-    with pytest.raises(ConfigError, match="bodies.diagnostics_every = 5: allowed null or 1 with bodies.mesh"):
+    with pytest.raises(ConfigError, match=f"{key} = 5: allowed null or 1 with bodies.mesh"):
         compose("case=scene", "bodies.diagnostics_every=5", "bodies.mesh=[2,1,1]")
 
 

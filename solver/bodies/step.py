@@ -749,8 +749,9 @@ def make_body_chunk(
 
     ``every`` > 1: the totals are computed only at steps that are multiples of ``every`` and at
     the chunk's last step (a ``lax.cond``: the other steps skip the reductions; at 10^4 spheres
-    that was not measurable, within +-5 %); the rows between are zeros with ``sampled`` False. Under ``vmap`` the
-    condition becomes a select that computes both sides: ensembles keep ``every`` = 1.
+    that was not measurable, within +-5 %); the rows between are zeros with ``sampled`` False.
+    Under ``vmap`` the condition becomes a select that computes both sides: ensembles keep
+    ``every`` = 1.
     """
     if every < 1:
         raise ValueError(f"every must be >= 1, got {every}")
