@@ -174,6 +174,11 @@ def cover_of(rel: Sequence[Array], radius: Array) -> Array:
     return jnp.clip(radius[:, None] + 0.5 - jnp.sqrt(square), 0.0, 1.0)
 
 
+def cross(a: Sequence[Array], b: Sequence[Array]) -> list[Array]:
+    """a x b for vectors held as 3 arrays of components (the stencil's (n, m) layout)."""
+    return [a[1] * b[2] - a[2] * b[1], a[2] * b[0] - a[0] * b[2], a[0] * b[1] - a[1] * b[0]]
+
+
 def local_flat_index(
     cells: Array, origin: Sequence[Array | int], block: Sequence[int], grid: Sequence[int]
 ) -> Array:

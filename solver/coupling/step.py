@@ -163,11 +163,7 @@ class PsmCoupling:
             # (s, m) per component: the sums over a stencil run along the last axis
             rel = [cells[..., a].astype(dtype) - center[:, None, a] for a in range(3)]
             eps = psm.cover_of(rel, rad)
-            spin = [
-                w[:, None, 1] * rel[2] - w[:, None, 2] * rel[1],
-                w[:, None, 2] * rel[0] - w[:, None, 0] * rel[2],
-                w[:, None, 0] * rel[1] - w[:, None, 1] * rel[0],
-            ]
+            spin = psm.cross([w[:, None, a] for a in range(3)], rel)
             flat = psm.local_flat_index(cells, halo.origin(block), block, setup.shape)
             cover = jnp.stack([eps] + [eps * (v[:, None, a] + spin[a]) for a in range(3)], -1)
             eps, rel, flat, cover = materialised((eps, rel, flat, cover), time)
@@ -196,14 +192,7 @@ class PsmCoupling:
             per_cover = psm.cover_force(*rows, tau, self.weighting, force)
             on_body = [eps * fa for fa in per_cover]
             force_sum = jnp.stack([jnp.sum(fa, axis=1) for fa in on_body], -1)
-            torque_sum = jnp.stack(
-                [
-                    jnp.sum(rel[1] * on_body[2] - rel[2] * on_body[1], axis=1),
-                    jnp.sum(rel[2] * on_body[0] - rel[0] * on_body[2], axis=1),
-                    jnp.sum(rel[0] * on_body[1] - rel[1] * on_body[0], axis=1),
-                ],
-                -1,
-            )
+            torque_sum = jnp.stack([jnp.sum(t, axis=1) for t in psm.cross(rel, on_body)], -1)
             hydro = halo.sum(
                 jnp.stack(
                     self._to_bodies(force_sum, torque_sum, xs, bodies.position, 1.0 / self.dx)
