@@ -145,7 +145,12 @@ def linear_damping(restitution: Array, effective_mass: Array, stiffness: Array) 
     (Tsuji et al. 1992); here beta accounts for the repulsive-only clip, so the restitution of
     `normal_force_linear` is exactly e.
     """
-    return -2.0 * restitution_beta(restitution) * jnp.sqrt(effective_mass * stiffness)
+    return linear_dashpot(restitution_beta(restitution), effective_mass, stiffness)
+
+
+def linear_dashpot(beta: Array, effective_mass: Array, stiffness: Array) -> Array:
+    """`linear_damping` from beta = `restitution_beta`(e) computed beforehand, in N s/m."""
+    return -2.0 * beta * jnp.sqrt(effective_mass * stiffness)
 
 
 def hertz_damping(restitution: Array, effective_mass: Array, stiffness: Array) -> Array:
@@ -154,7 +159,16 @@ def hertz_damping(restitution: Array, effective_mass: Array, stiffness: Array) -
     `stiffness` is S_n = 2 E* sqrt(R* delta) for the normal dashpot and S_t = 8 G* sqrt(R* delta)
     for the tangential one.
     """
-    beta = restitution_beta(restitution)
+    return hertz_dashpot(restitution_beta(restitution), effective_mass, stiffness)
+
+
+def hertz_dashpot(beta: Array, effective_mass: Array, stiffness: Array) -> Array:
+    """`hertz_damping` from beta = `restitution_beta`(e) computed beforehand, in N s/m.
+
+    beta increases with e, so the beta of a pair's mixed restitution min(e_i, e_j)
+    (`mixed_coefficient`) is min(beta_i, beta_j), exactly: a step computes beta per sphere and
+    plane once instead of solving for it in every contact.
+    """
     return -2.0 * jnp.sqrt(5.0 / 6.0) * beta * jnp.sqrt(stiffness * effective_mass)
 
 
@@ -203,11 +217,25 @@ def normal_force_hertz(
     Elastic part: Hertz (Johnson 1985, eq. 4.23). Damping: eta_n = -2 sqrt(5/6) beta sqrt(S_n m*),
     S_n = 2 E* sqrt(R* delta) (Tsuji et al. 1992; Antypov & Elliott 2011).
     """
+    beta = restitution_beta(restitution)
+    return normal_force_hertz_beta(
+        overlap, normal_speed, E_star, R_star, effective_mass, beta, active
+    )
+
+
+def normal_force_hertz_beta(
+    overlap: Array,
+    normal_speed: Array,
+    E_star: Array,
+    R_star: Array,
+    effective_mass: Array,
+    beta: Array,
+    active: Array,
+) -> Array:
+    """`normal_force_hertz` with beta = `restitution_beta`(e) computed beforehand, (P,) in N."""
     delta = jnp.where(active, overlap, 0.0)
     elastic = (4.0 / 3.0) * E_star * jnp.sqrt(R_star) * delta**1.5
-    damping = hertz_damping(
-        restitution, effective_mass, hertz_normal_stiffness(E_star, R_star, delta)
-    )
+    damping = hertz_dashpot(beta, effective_mass, hertz_normal_stiffness(E_star, R_star, delta))
     return jnp.where(active, jnp.maximum(elastic - damping * normal_speed, 0.0), 0.0)
 
 

@@ -273,7 +273,7 @@ def bench_ensemble(
     params = params.replace(restitution=restitution)
     start = time.perf_counter()
     state = jax.jit(jax.vmap(lambda b, p: initial_state(setup, b, p)))(batch, params)
-    chunk = make_body_chunk(setup)
+    chunk = make_body_chunk(setup, batched=True)
     compiled = (
         jax.jit(jax.vmap(lambda s, p: chunk(s, steps, p)), donate_argnums=0)
         .lower(state, params)

@@ -245,7 +245,7 @@ def _pad(tree, padded: int):
 def make_ensemble_chunk(setup: BodySetup):
     """chunk(states, params, n) -> (states after n steps, diagnostics (E, n, ...)) over a leading
     member axis; jitted with n static and the states donated."""
-    chunk = make_body_chunk(setup)
+    chunk = make_body_chunk(setup, batched=True)
 
     def run(states, params, n: int):
         return jax.vmap(lambda s, p: chunk(s, n, p))(states, params)

@@ -27,6 +27,7 @@ takes the original spheres-only path, operation for operation.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -40,7 +41,7 @@ from jax import Array, lax
 from kernels import clump, rigid_body
 from kernels import contact_models as cm
 from kernels.contact import accumulate, sphere_plane, sphere_sphere
-from kernels.neighbor_search import CellGrid, bin_bodies, neighbor_pairs, pair_list
+from kernels.neighbor_search import CellGrid, bin_bodies, neighbor_pairs
 from kernels.rigid_body import Bodies
 
 CONTACT_MODELS = ("hertz", "linear")
@@ -253,6 +254,55 @@ class BodySetup:
         )
 
 
+MIN_BUCKET = 2048
+"""Smallest evaluated prefix of a compacted pair list (``bucket_capacities``): below it the
+saving no longer pays for another compiled copy of the contact law."""
+MAX_BUCKETS = 6
+"""At most this many prefix sizes per list (the full list, 1/2, 1/4, ... of it)."""
+
+
+class ActiveSlots(NamedTuple):
+    """The pairs a step evaluates, compacted when the pair table is built.
+
+    The pair table (s, K) is sized for the worst row and the sphere-plane table (s, p) holds
+    every combination, but a packing fills a third of the first and a box's walls touch a few
+    per cent of the second. Both lists below are ascending (the order of the tables, so forces
+    are summed in the same order as over the full tables) and padded at the end.
+    """
+
+    pairs: Array  # (s K,) int32 flat entries i K + k of the table's real pairs; s K pads
+    pair_count: Array  # int32 scalar, entries in use
+    planes: Array  # (s p,) int32 flat entries b p + k of the sphere-plane pairs within reach
+    plane_count: Array  # int32 scalar
+
+
+def bucket_capacities(total: int, buckets: bool = True) -> tuple[int, ...]:
+    """Static prefix sizes (ascending, the last ``total``) over which a compacted list of
+    ``total`` entries is evaluated: halving down to ``MIN_BUCKET``, at most ``MAX_BUCKETS``;
+    ``buckets`` False (a vmapped ensemble, where a switch would run every branch): total only."""
+    sizes = [total]
+    while buckets and len(sizes) < MAX_BUCKETS and sizes[-1] // 2 >= MIN_BUCKET:
+        sizes.append(-(-sizes[-1] // 2))
+    return tuple(reversed(sizes))
+
+
+def over_prefix(count: Array, sizes: tuple[int, ...], evaluate: Callable):
+    """``evaluate(size)`` for the smallest static size >= ``count`` (a ``lax.switch`` on the
+    device; one branch per size, each compiled for its own length)."""
+    if len(sizes) == 1:
+        return evaluate(sizes[0])
+    index = sum((count > size).astype(jnp.int32) for size in sizes[:-1])
+    return lax.switch(index, [functools.partial(evaluate, size) for size in sizes])
+
+
+def compacted(mask: Array) -> tuple[Array, Array]:
+    """Flat indices (mask.size,) int32 of the True entries of ``mask``, ascending, padded with
+    mask.size, and their count."""
+    total = mask.size
+    (index,) = jnp.nonzero(mask.reshape(-1), size=total, fill_value=total)
+    return index.astype(jnp.int32), jnp.sum(mask, dtype=jnp.int32)
+
+
 class Overflow(NamedTuple):
     """Neighbour-search buffer diagnostics (scalars): the fullest cell and the longest row."""
 
@@ -322,6 +372,8 @@ class BodyState:
         reference: (s, 3) m, the sphere centres when the pair table was built (the Verlet
             list's reference); None: rebuild at the next step.
         rebuilds: int32 scalar, pair-table rebuilds so far.
+        slots: the entries of the pair tables that a step evaluates (``ActiveSlots``), built
+            with the table; None: rebuild at the next step.
     """
 
     bodies: Bodies
@@ -336,6 +388,7 @@ class BodyState:
     elastic_energy: Array = field(default_factory=lambda: jnp.zeros(()))
     reference: Array | None = None
     rebuilds: Array = field(default_factory=lambda: jnp.zeros((), jnp.int32))
+    slots: ActiveSlots | None = None
 
     def replace(self, **changes) -> BodyState:
         return dataclasses.replace(self, **changes)
@@ -354,6 +407,7 @@ class ContactResult(NamedTuple):
     elastic_energy: Array  # J in the normal springs of all contacts
     reference: Array  # (s, 3) m, sphere centres when the table was built
     rebuilt: Array  # bool: the table was rebuilt at this evaluation
+    slots: ActiveSlots  # the entries evaluated, as built with the table
 
 
 class BodyDiagnostics(NamedTuple):
@@ -387,13 +441,14 @@ def _pair_laws(
     R_star: Array,
     m_star: Array,
     k_linear: Array | None,
-    restitution: Array,
+    beta: Array,
     friction: Array,
     rolling: Array | None,
     history: Array,
 ) -> tuple[Array, Array, Array, Array]:
     """Force on i (P, 3), rolling torque on i (P, 3), new history (P, 3) and the elastic energy
-    (P,) J of P contacts.
+    (P,) J of P contacts; ``beta`` (P,) is the pair's damping parameter, the smaller of its
+    partners' `cm.restitution_beta` (the beta of the mixed restitution, `cm.hertz_dashpot`).
 
     The energy is what the normal spring holds: (8/15) E* sqrt(R*) delta^(5/2) (Hertz, the
     integral of (4/3) E* sqrt(R*) delta^(3/2)) or k delta^2 / 2 (linear); zero for inactive pairs.
@@ -404,19 +459,19 @@ def _pair_laws(
     """
     active = geometry.active
     if setup.contact_model == "hertz":
-        f_n = cm.normal_force_hertz(
-            geometry.overlap, geometry.normal_speed, E_star, R_star, m_star, restitution, active
+        f_n = cm.normal_force_hertz_beta(
+            geometry.overlap, geometry.normal_speed, E_star, R_star, m_star, beta, active
         )
         k_t = cm.mindlin_tangential_stiffness(G_star, R_star, geometry.overlap)
-        eta_t = cm.hertz_damping(restitution, m_star, k_t)
+        eta_t = cm.hertz_dashpot(beta, m_star, k_t)
         normal_energy = 8.0 / 15.0 * E_star * jnp.sqrt(R_star) * geometry.overlap**2.5
     else:
-        eta_n = cm.linear_damping(restitution, m_star, k_linear)
+        eta_n = cm.linear_dashpot(beta, m_star, k_linear)
         f_n = cm.normal_force_linear(
             geometry.overlap, geometry.normal_speed, k_linear, eta_n, active
         )
         k_t = cm.linear_tangential_stiffness(k_linear)
-        eta_t = cm.linear_damping(restitution, m_star, k_t)
+        eta_t = cm.linear_dashpot(beta, m_star, k_t)
         normal_energy = 0.5 * k_linear * geometry.overlap**2
     f_t, history = cm.tangential_force(
         history, geometry.normal, geometry.tangential_velocity, f_n, k_t, eta_t, friction,
@@ -446,6 +501,8 @@ def contact_forces(
     plane_history: Array,
     params: ContactParams | None = None,
     reference: Array | None = None,
+    slots: ActiveSlots | None = None,
+    buckets: bool = True,
 ) -> ContactResult:
     """Contact forces and gravity on the bodies, over the sphere pair table (a Verlet list).
 
@@ -453,21 +510,32 @@ def contact_forces(
         bodies: the state at which forces act (n bodies).
         partners: (s, K) int32 previous sphere pair table; history: (s, K, 3) m its tangential
         springs; plane_history: (s, p, 3) m.
-        params: material values, planes and gravity; None: ``setup.params()``.
+        params: material values, planes and gravity; None: ``setup.params()``. The planes must
+            not change while a table is kept (pass reference None after changing them).
         reference: (s, 3) m, the sphere centres the table was built at; the table is kept
             while no sphere has moved more than ``setup.rebuild_distance`` from them, else
             rebuilt from the cell list (``lax.cond``, on the device). None: rebuilt.
+        slots: the entries evaluated, built with the table (``ActiveSlots``); None: rebuilt.
+        buckets: evaluate the compacted lists over the smallest of ``bucket_capacities``
+            prefixes that holds them (a ``lax.switch``); False under ``vmap``, where a switch
+            evaluates every branch.
 
     Returns:
         ContactResult, forces and torques per body. A kept table gives the same contacts and
-        forces as a rebuilt one, bit for bit: its extra pairs are not touching and add exact
-        zeros, and its touching pairs sit in the same order (rows ascending). In a rebuilt
+        forces as a rebuilt one, bit for bit while both lists fall in the same prefix size: its
+        extra pairs are not touching and add exact zeros, and its touching pairs sit in the
+        same order (rows ascending); across sizes to round-off (each size is compiled as its
+        own program, whose multiply-adds XLA may contract differently). In a rebuilt
         table pairs that persist keep their spring (`carry_history`), new pairs start at zero;
-        sphere-plane pairs are every (sphere, plane) combination; two spheres of one body never
-        interact.
+        two spheres of one body never interact. Only the table's real pairs and the
+        sphere-plane pairs within r + skin of the plane at the build are evaluated (in table
+        order, so the sums are those over the full tables): a sphere that moved at most
+        ``rebuild_distance`` <= skin since cannot touch any other plane; springs of the planes
+        out of reach are zero, as they were the step the sphere left the plane.
     """
     grid = setup.grid
     n, s, p = setup.n_bodies, setup.n_spheres, setup.n_planes
+    width = grid.max_neighbors
     dtype = bodies.position.dtype
 
     def const(values):
@@ -477,7 +545,11 @@ def contact_forces(
         params = setup.params(dtype)
     radius = const(setup.radius)
     young, poisson = params.young, params.poisson
-    restitution, friction = params.restitution, params.friction
+    friction = params.friction
+    # per sphere and plane, not per contact: beta(min(e_i, e_j)) = min(beta_i, beta_j)
+    beta, plane_beta = cm.restitution_beta(params.restitution), None
+    if p:
+        plane_beta = cm.restitution_beta(params.plane_restitution)
     # static: an ensemble that varies rolling friction builds its setup with a nonzero value
     use_rolling = bool(np.any(setup.rolling_friction > 0))
     rolling = params.rolling_friction
@@ -495,7 +567,7 @@ def contact_forces(
         ws, inverse_mass_s = omega[owner], inverse_mass[owner]
     everyone = jnp.ones((s,), bool)
 
-    def rebuild(_) -> tuple[Array, Array, Overflow]:
+    def rebuild(_) -> tuple[Array, Array, Array, Overflow, ActiveSlots]:
         cells = bin_bodies(grid, xs, everyone)
         table = neighbor_pairs(grid, cells, xs, radius, everyone, setup.skin)
         overflow = Overflow(
@@ -505,111 +577,154 @@ def contact_forces(
             worst_body=table.worst_body,
             worst_body_count=table.worst_count,
         )
-        return table.partners, carry_history(partners, history, table.partners), overflow
+        real = table.partners >= 0
+        if owner is not None:  # two spheres of one body never interact
+            row = jnp.arange(s, dtype=jnp.int32)[:, None]
+            real = real & (owner[row] != owner[jnp.where(real, table.partners, 0)])
+        pair_slots, pair_count = compacted(real)
+        reach = jnp.zeros((s, p), bool)
+        if p:
+            offset = xs[:, None, :] - params.plane_point[None]
+            gap = jnp.sum(offset * params.plane_normal[None], axis=-1) - radius[:, None]
+            reach = gap <= setup.skin
+        plane_slots, plane_count = compacted(reach)
+        return (
+            table.partners,
+            carry_history(partners, history, table.partners),
+            jnp.where(reach[..., None], plane_history, 0.0),
+            overflow,
+            ActiveSlots(pair_slots, pair_count, plane_slots, plane_count),
+        )
 
-    def keep(_) -> tuple[Array, Array, Overflow]:
+    def keep(_) -> tuple[Array, Array, Array, Overflow, ActiveSlots]:
         zero = jnp.zeros((), jnp.int32)
-        return partners, history, Overflow(jnp.zeros((), bool), zero, zero, zero, zero)
+        no_overflow = Overflow(jnp.zeros((), bool), zero, zero, zero, zero)
+        return partners, history, plane_history, no_overflow, slots
 
-    if reference is None:
+    if reference is None or slots is None:
         rebuilt = jnp.ones((), bool)
-        partners, history, overflow = rebuild(None)
+        partners, history, plane_history, overflow, slots = rebuild(None)
         reference = jnp.copy(xs)  # its own buffer: the state is donated leaf by leaf
     else:
         moved = jnp.max(jnp.sum((xs - reference) ** 2, axis=1))
         rebuilt = moved > setup.rebuild_distance**2
-        partners, history, overflow = lax.cond(rebuilt, rebuild, keep, None)
+        partners, history, plane_history, overflow, slots = lax.cond(rebuilt, rebuild, keep, None)
         reference = jnp.where(rebuilt, xs, reference)
-    i, j, valid = pair_list(partners)
-    if owner is not None:
-        valid = valid & (owner[i] != owner[jnp.where(valid, j, 0)])
-    js = jnp.where(valid, j, 0)
-    geometry = sphere_sphere(
-        xs[i], radius[i], vs[i], ws[i], xs[js], radius[js], vs[js], ws[js], valid
+
+    pair_total = s * width
+    partner_flat, history_flat = partners.reshape(-1), history.reshape(-1, 3)
+
+    def pair_forces(size: int) -> tuple[Array, Array, Array, Array, Array]:
+        entry = slots.pairs[:size]
+        valid = entry < pair_total
+        flat = jnp.where(valid, entry, 0)
+        i = flat // width
+        j = jnp.where(valid, partner_flat[flat], -1)
+        js = jnp.where(valid, j, 0)
+        geometry = sphere_sphere(
+            xs[i], radius[i], vs[i], ws[i], xs[js], radius[js], vs[js], ws[js], valid
+        )
+        inverse_sum = inverse_mass_s[i] + inverse_mass_s[js]
+        m_star = 1.0 / jnp.where(inverse_sum > 0, inverse_sum, 1.0)
+        k_linear = None
+        if setup.contact_model == "linear":
+            stiffness = params.stiffness
+            k_linear = 1.0 / (1.0 / stiffness[i] + 1.0 / stiffness[js])
+        force_ij, roll_ij, spring, energy_ij = _pair_laws(
+            setup,
+            geometry,
+            cm.effective_modulus(young[i], poisson[i], young[js], poisson[js]),
+            cm.effective_shear_modulus(young[i], poisson[i], young[js], poisson[js]),
+            cm.effective_radius(radius[i], radius[js]),
+            m_star,
+            k_linear,
+            cm.mixed_coefficient(beta[i], beta[js]),
+            cm.mixed_coefficient(friction[i], friction[js]),
+            cm.mixed_coefficient(rolling[i], rolling[js]) if use_rolling else None,
+            history_flat[flat],
+        )
+        # onto the bodies: accumulate's torque (c - x_b) x F about the body's centre of mass
+        body_i = i if owner is None else owner[i]
+        body_j = j if owner is None else jnp.where(valid, owner[js], -1)
+        force, torque = accumulate(
+            n, body_i, body_j, force_ij, geometry.contact_point, x, roll_ij, -roll_ij, valid
+        )
+        touching = geometry.active.astype(jnp.int32)
+        count = jnp.zeros((n,), jnp.int32).at[body_i].add(touching)
+        count = count.at[jnp.where(valid, body_j, 0)].add(touching)
+        springs = history_flat.at[jnp.where(valid, entry, pair_total)].set(spring, mode="drop")
+        return force, torque, springs, count, jnp.sum(energy_ij)
+
+    force, torque, new_history, count, elastic = over_prefix(
+        slots.pair_count, bucket_capacities(pair_total, buckets), pair_forces
     )
-    inverse_sum = inverse_mass_s[i] + inverse_mass_s[js]
-    m_star = 1.0 / jnp.where(inverse_sum > 0, inverse_sum, 1.0)
-    k_linear = None
-    if setup.contact_model == "linear":
-        stiffness = params.stiffness
-        k_linear = 1.0 / (1.0 / stiffness[i] + 1.0 / stiffness[js])
-    force_ij, roll_ij, new_history, energy_ij = _pair_laws(
-        setup,
-        geometry,
-        cm.effective_modulus(young[i], poisson[i], young[js], poisson[js]),
-        cm.effective_shear_modulus(young[i], poisson[i], young[js], poisson[js]),
-        cm.effective_radius(radius[i], radius[js]),
-        m_star,
-        k_linear,
-        cm.mixed_coefficient(restitution[i], restitution[js]),
-        cm.mixed_coefficient(friction[i], friction[js]),
-        cm.mixed_coefficient(rolling[i], rolling[js]) if use_rolling else None,
-        history.reshape(-1, 3),
-    )
-    # onto the bodies: accumulate's torque (c - x_b) x F about the body's centre of mass
-    body_i = i if owner is None else owner[i]
-    body_j = j if owner is None else jnp.where(valid, owner[js], -1)
-    force, torque = accumulate(
-        n, body_i, body_j, force_ij, geometry.contact_point, x, roll_ij, -roll_ij, valid
-    )
-    touching = geometry.active.astype(jnp.int32)
-    count = jnp.zeros((n,), jnp.int32).at[body_i].add(touching)
-    count = count.at[js if owner is None else owner[js]].add(touching)
-    elastic = jnp.sum(energy_ij)
 
     new_plane_history = plane_history
     if p:
-        b = jnp.repeat(jnp.arange(s, dtype=jnp.int32), p)  # (s p,) sphere of each sphere-plane pair
-        k = jnp.tile(jnp.arange(p, dtype=jnp.int32), s)  # its plane
-        all_valid = jnp.ones((s * p,), bool)
-        plane_geometry = sphere_plane(
-            xs[b], radius[b], vs[b], ws[b], params.plane_point[k],
-            params.plane_normal[k], params.plane_velocity[k], all_valid,
-        )  # fmt: skip
-        plane_young, plane_poisson = params.plane_young, params.plane_poisson
-        k_plane = None
-        if setup.contact_model == "linear":
-            k_plane = 1.0 / (1.0 / stiffness[b] + 1.0 / params.plane_stiffness[k])
-        inv = inverse_mass_s[b]
-        rolling_plane = params.plane_rolling_friction
-        force_bp, roll_bp, flat_history, energy_bp = _pair_laws(
-            setup,
-            plane_geometry,
-            cm.effective_modulus(young[b], poisson[b], plane_young[k], plane_poisson[k]),
-            cm.effective_shear_modulus(young[b], poisson[b], plane_young[k], plane_poisson[k]),
-            radius[b],  # R* of a sphere on a plane
-            1.0 / jnp.where(inv > 0, inv, 1.0),
-            k_plane,
-            cm.mixed_coefficient(restitution[b], params.plane_restitution[k]),
-            cm.mixed_coefficient(friction[b], params.plane_friction[k]),
-            cm.mixed_coefficient(rolling[b], rolling_plane[k]) if use_rolling else None,
-            plane_history.reshape(-1, 3),
+        plane_total = s * p
+        plane_flat = plane_history.reshape(-1, 3)
+
+        def plane_forces(size: int) -> tuple[Array, Array, Array, Array, Array]:
+            entry = slots.planes[:size]
+            valid = entry < plane_total
+            flat = jnp.where(valid, entry, 0)
+            b, k = flat // p, flat % p  # the sphere and the plane of each pair
+            plane_geometry = sphere_plane(
+                xs[b], radius[b], vs[b], ws[b], params.plane_point[k],
+                params.plane_normal[k], params.plane_velocity[k], valid,
+            )  # fmt: skip
+            plane_young, plane_poisson = params.plane_young, params.plane_poisson
+            k_plane = None
+            if setup.contact_model == "linear":
+                k_plane = 1.0 / (1.0 / params.stiffness[b] + 1.0 / params.plane_stiffness[k])
+            inv = inverse_mass_s[b]
+            rolling_plane = params.plane_rolling_friction
+            force_bp, roll_bp, spring, energy_bp = _pair_laws(
+                setup,
+                plane_geometry,
+                cm.effective_modulus(young[b], poisson[b], plane_young[k], plane_poisson[k]),
+                cm.effective_shear_modulus(young[b], poisson[b], plane_young[k], plane_poisson[k]),
+                radius[b],  # R* of a sphere on a plane
+                1.0 / jnp.where(inv > 0, inv, 1.0),
+                k_plane,
+                cm.mixed_coefficient(beta[b], plane_beta[k]),
+                cm.mixed_coefficient(friction[b], params.plane_friction[k]),
+                cm.mixed_coefficient(rolling[b], rolling_plane[k]) if use_rolling else None,
+                plane_flat[flat],
+            )
+            body_b = b if owner is None else owner[b]
+            no_plane = jnp.full((size,), -1, jnp.int32)
+            f_plane, t_plane = accumulate(
+                n, body_b, no_plane, force_bp, plane_geometry.contact_point, x, roll_bp,
+                jnp.zeros_like(roll_bp), valid,
+            )  # fmt: skip
+            on_planes = (
+                jnp.zeros((n,), jnp.int32).at[body_b].add(plane_geometry.active.astype(jnp.int32))
+            )
+            springs = plane_flat.at[jnp.where(valid, entry, plane_total)].set(spring, mode="drop")
+            return f_plane, t_plane, springs, on_planes, jnp.sum(energy_bp)
+
+        f_plane, t_plane, plane_springs, on_planes, plane_energy = over_prefix(
+            slots.plane_count, bucket_capacities(plane_total, buckets), plane_forces
         )
-        no_plane = jnp.full((s * p,), -1, jnp.int32)
-        f_plane, t_plane = accumulate(
-            n, b if owner is None else owner[b], no_plane, force_bp, plane_geometry.contact_point,
-            x, roll_bp, jnp.zeros_like(roll_bp), all_valid,
-        )  # fmt: skip
         force, torque = force + f_plane, torque + t_plane
-        on_planes = jnp.sum(plane_geometry.active.reshape(s, p), axis=1, dtype=jnp.int32)
-        if owner is not None:
-            on_planes = jnp.zeros((n,), jnp.int32).at[owner].add(on_planes)
         count = count + on_planes
-        new_plane_history = flat_history.reshape(s, p, 3)
-        elastic = elastic + jnp.sum(energy_bp)
+        new_plane_history = plane_springs.reshape(s, p, 3)
+        elastic = elastic + plane_energy
 
     force = force + rigid_body.gravity_force(bodies, params.gravity)
     return ContactResult(
         force,
         torque,
         partners,
-        new_history.reshape(s, grid.max_neighbors, 3),
+        new_history.reshape(s, width, 3),
         new_plane_history,
         count,
         overflow,
         elastic,
         reference,
         rebuilt,
+        slots,
     )
 
 
@@ -656,6 +771,7 @@ def initial_state(
         elastic_energy=result.elastic_energy,
         reference=result.reference,
         rebuilds=jnp.zeros((), jnp.int32),
+        slots=result.slots,
     )
 
 
@@ -691,10 +807,12 @@ def body_step(
     params: ContactParams,
     external: tuple[Array, Array] | None = None,
     extra: Callable[[Bodies, ContactResult], tuple[Array, Array]] | None = None,
+    buckets: bool = True,
 ) -> BodyState:
     """One step of ``setup.dt``: velocity Verlet with contacts and gravity, plus ``external``
     (force (n, 3) N, torque (n, 3) N m) held constant over the step (a fluid's force) and
-    ``extra(bodies, contacts)``, forces that depend on the drifted state (lubrication)."""
+    ``extra(bodies, contacts)``, forces that depend on the drifted state (lubrication).
+    ``buckets``: see `contact_forces` (False when the step is vmapped)."""
     results: list[ContactResult] = []
 
     def forces_fn(bodies: Bodies) -> tuple[Array, Array]:
@@ -707,6 +825,8 @@ def body_step(
                 state.plane_history,
                 params,
                 state.reference,
+                state.slots,
+                buckets,
             )  # fmt: skip
         )
         force, torque = results[-1].force, results[-1].torque
@@ -734,11 +854,12 @@ def body_step(
         elastic_energy=result.elastic_energy,
         reference=result.reference,
         rebuilds=state.rebuilds + result.rebuilt.astype(jnp.int32),
+        slots=result.slots,
     )
 
 
 def make_body_chunk(
-    setup: BodySetup, every: int = 1
+    setup: BodySetup, every: int = 1, batched: bool = False
 ) -> Callable[..., tuple[BodyState, BodyDiagnostics]]:
     """Build chunk(state, n, params=None) -> (state after n steps, BodyDiagnostics per step with
     leading axis n).
@@ -751,17 +872,18 @@ def make_body_chunk(
     the chunk's last step (a ``lax.cond``: the other steps skip the reductions; at 10^4 spheres
     that was not measurable, within +-5 %); the rows between are zeros with ``sampled`` False.
     Under ``vmap`` the condition becomes a select that computes both sides: ensembles keep
-    ``every`` = 1.
+    ``every`` = 1, and build the chunk with ``batched`` True (no switch over the sizes of the
+    compacted pair lists, `contact_forces`).
     """
     if every < 1:
         raise ValueError(f"every must be >= 1, got {every}")
 
     def one_step(state: BodyState, params: ContactParams) -> tuple[BodyState, BodyDiagnostics]:
-        state = body_step(setup, state, params)
+        state = body_step(setup, state, params, buckets=not batched)
         return state, diagnostics(setup, state, params)
 
     def sampled_step(state: BodyState, params: ContactParams, last: Array):
-        state = body_step(setup, state, params)
+        state = body_step(setup, state, params, buckets=not batched)
 
         def sample(s: BodyState) -> BodyDiagnostics:
             return diagnostics(setup, s, params)._replace(sampled=jnp.ones((), bool))

@@ -172,7 +172,9 @@ def local_contacts(
     js = jnp.where(owner_first, other, owner)
     gi, gj = ids[i], ids[js]
     young, poisson = params.young, params.poisson
-    restitution, friction, rolling = params.restitution, params.friction, params.rolling_friction
+    friction, rolling = params.friction, params.rolling_friction
+    # per sphere and plane (solver.bodies.step.contact_forces): min of betas = beta of the min e
+    beta = cm.restitution_beta(params.restitution)
     use_rolling = bool(np.any(setup.rolling_friction > 0))
     geometry = sphere_sphere(
         x[i], radius[i], v[i], omega[i], x[js], radius[js], v[js], omega[js], valid
@@ -189,7 +191,7 @@ def local_contacts(
         cm.effective_radius(radius[i], radius[js]),
         1.0 / jnp.where(inverse_sum > 0, inverse_sum, 1.0),
         k_linear,
-        cm.mixed_coefficient(restitution[gi], restitution[gj]),
+        cm.mixed_coefficient(beta[gi], beta[gj]),
         cm.mixed_coefficient(friction[gi], friction[gj]),
         cm.mixed_coefficient(rolling[gi], rolling[gj]) if use_rolling else None,
         old_history.reshape(-1, 3),
@@ -229,7 +231,7 @@ def local_contacts(
             radius[b],
             1.0 / jnp.where(inv > 0, inv, 1.0),
             k_plane,
-            cm.mixed_coefficient(restitution[gb], params.plane_restitution[k]),
+            cm.mixed_coefficient(beta[gb], cm.restitution_beta(params.plane_restitution)[k]),
             cm.mixed_coefficient(friction[gb], params.plane_friction[k]),
             cm.mixed_coefficient(rolling[gb], params.plane_rolling_friction[k])
             if use_rolling
