@@ -14,27 +14,40 @@ from jax import Array
 from jax.typing import ArrayLike
 
 
+def _parts(a: Array, count: int) -> list[Array]:
+    return [a[..., k] for k in range(count)]
+
+
+def _cross(a: list[Array], b: list[Array]) -> list[Array]:
+    return [a[1] * b[2] - a[2] * b[1], a[2] * b[0] - a[0] * b[2], a[0] * b[1] - a[1] * b[0]]
+
+
+# The algebra below works on components and stacks each result once: jnp.cross and 3-wide sums
+# made XLA:CPU write a concatenate or a YNNPACK reduction per operation, ~4x slower over a
+# rigid-body drift (docs/performance.md, "Rigid bodies"). Callers that gather from these results
+# should materialise them first (kernels.materialise): a fused chain recomputes per load.
+
+
 def multiply(p: ArrayLike, q: ArrayLike) -> Array:
     """Hamilton product p q, (..., 4): rotating by q, then by p."""
-    p = jnp.asarray(p)
-    q = jnp.asarray(q)
-    pw, pv = p[..., :1], p[..., 1:]
-    qw, qv = q[..., :1], q[..., 1:]
-    w = pw * qw - jnp.sum(pv * qv, axis=-1, keepdims=True)
-    v = pw * qv + qw * pv + jnp.cross(pv, qv)
-    return jnp.concatenate([w, v], axis=-1)
+    pw, *pv = _parts(jnp.asarray(p), 4)
+    qw, *qv = _parts(jnp.asarray(q), 4)
+    w = pw * qw - (pv[0] * qv[0] + pv[1] * qv[1] + pv[2] * qv[2])
+    c = _cross(pv, qv)
+    return jnp.stack([w, *(pw * qv[k] + qw * pv[k] + c[k] for k in range(3))], axis=-1)
 
 
 def conjugate(q: ArrayLike) -> Array:
     """q* = (w, -x, -y, -z), (..., 4): the inverse rotation of a unit quaternion."""
-    q = jnp.asarray(q)
-    return jnp.concatenate([q[..., :1], -q[..., 1:]], axis=-1)
+    w, x, y, z = _parts(jnp.asarray(q), 4)
+    return jnp.stack([w, -x, -y, -z], axis=-1)
 
 
 def normalize(q: ArrayLike) -> Array:
     """q / |q|, (..., 4). The zero quaternion has no direction and gives NaN."""
-    q = jnp.asarray(q)
-    return q / jnp.linalg.norm(q, axis=-1, keepdims=True)
+    w, x, y, z = _parts(jnp.asarray(q), 4)
+    length = jnp.sqrt(w * w + x * x + y * y + z * z)
+    return jnp.stack([w / length, x / length, y / length, z / length], axis=-1)
 
 
 def rotate(q: ArrayLike, v: ArrayLike) -> Array:
@@ -42,11 +55,11 @@ def rotate(q: ArrayLike, v: ArrayLike) -> Array:
 
     Evaluated without forming the matrix: t = 2 u x v, v' = v + w t + u x t, with u = (x, y, z).
     """
-    q = jnp.asarray(q)
-    v = jnp.asarray(v)
-    w, u = q[..., :1], q[..., 1:]
-    t = 2.0 * jnp.cross(u, v)
-    return v + w * t + jnp.cross(u, t)
+    w, *u = _parts(jnp.asarray(q), 4)
+    vs = _parts(jnp.asarray(v), 3)
+    t = [2.0 * c for c in _cross(u, vs)]
+    ut = _cross(u, t)
+    return jnp.stack([vs[k] + w * t[k] + ut[k] for k in range(3)], axis=-1)
 
 
 def rotate_inverse(q: ArrayLike, v: ArrayLike) -> Array:

@@ -41,6 +41,7 @@ from jax import Array
 from jax.typing import ArrayLike
 
 from kernels import quaternion
+from kernels.materialise import materialised
 
 ForcesFn = Callable[["Bodies"], tuple[Array, Array]]
 
@@ -116,13 +117,21 @@ def kick(bodies: Bodies, force: ArrayLike, torque: ArrayLike, dt: float) -> Bodi
 _ROTOR_SPLITTING = ((0, 0.5), (1, 0.5), (2, 1.0), (1, 0.5), (0, 0.5))
 
 
-def _free_rotor(q: Array, angular_momentum: Array, inverse_inertia: Array, dt: float) -> Array:
-    """Orientation (n, 4) after dt of torque-free rotation, by the DLM splitting."""
+def _free_rotor(
+    q: Array, angular_momentum: Array, inverse_inertia: Array, dt: float, token: Array
+) -> Array:
+    """Orientation (n, 4) after dt of torque-free rotation, by the DLM splitting.
+
+    Each sub-rotation's (q, Pi) is written to memory (kernels.materialise, ``token`` >= 0):
+    fused, the five would be recomputed per component they feed, 4^5 times over (measured 100
+    ms per step for 10^4 bodies, against ~2 ms)."""
     pi = quaternion.rotate_inverse(q, angular_momentum)
     for k, fraction in _ROTOR_SPLITTING:
         step = quaternion.about_axis(k, fraction * dt * inverse_inertia[:, k] * pi[:, k])
+        step = materialised(step, token)  # its sine and cosine once, not in both consumers
         q = quaternion.multiply(q, step)
         pi = quaternion.rotate_inverse(step, pi)
+        q, pi = materialised((q, pi), token)
     return q
 
 
@@ -133,7 +142,9 @@ def drift(bodies: Bodies, dt: float) -> Bodies:
     the exact rotation about omega_prescribed by |omega_prescribed| dt. L is not changed.
     """
     q = bodies.orientation
-    free = _free_rotor(q, bodies.angular_momentum, bodies.inverse_inertia, dt)
+    # the token of the rotor's materialised stages: an inverse mass, >= 0
+    token = bodies.inverse_mass[0]
+    free = _free_rotor(q, bodies.angular_momentum, bodies.inverse_inertia, dt, token)
     prescribed = quaternion.multiply(
         quaternion.from_rotation_vector(bodies.prescribed_angular_velocity * dt), q
     )
