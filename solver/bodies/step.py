@@ -41,6 +41,7 @@ from jax import Array, lax
 from kernels import clump, rigid_body
 from kernels import contact_models as cm
 from kernels.contact import accumulate, sphere_plane, sphere_sphere
+from kernels.materialise import materialised
 from kernels.neighbor_search import CellGrid, bin_bodies, neighbor_pairs
 from kernels.rigid_body import Bodies
 
@@ -464,7 +465,8 @@ def _pair_laws(
         )
         k_t = cm.mindlin_tangential_stiffness(G_star, R_star, geometry.overlap)
         eta_t = cm.hertz_dashpot(beta, m_star, k_t)
-        normal_energy = 8.0 / 15.0 * E_star * jnp.sqrt(R_star) * geometry.overlap**2.5
+        delta = geometry.overlap
+        normal_energy = 8.0 / 15.0 * E_star * jnp.sqrt(R_star) * (delta * delta * jnp.sqrt(delta))
     else:
         eta_n = cm.linear_dashpot(beta, m_star, k_linear)
         f_n = cm.normal_force_linear(
@@ -643,11 +645,16 @@ def contact_forces(
             cm.mixed_coefficient(rolling[i], rolling[js]) if use_rolling else None,
             history_flat[flat],
         )
+        # written once: each output of the pair pass (the rows of the scatter below, the
+        # springs) would otherwise recompute the contact law (kernels.materialise)
+        force_ij, roll_ij, spring, contact = materialised(
+            (force_ij, roll_ij, spring, geometry.contact_point), slots.pair_count
+        )
         # onto the bodies: accumulate's torque (c - x_b) x F about the body's centre of mass
         body_i = i if owner is None else owner[i]
         body_j = j if owner is None else jnp.where(valid, owner[js], -1)
         force, torque = accumulate(
-            n, body_i, body_j, force_ij, geometry.contact_point, x, roll_ij, -roll_ij, valid
+            n, body_i, body_j, force_ij, contact, x, roll_ij, -roll_ij, valid
         )
         touching = geometry.active.astype(jnp.int32)
         count = jnp.zeros((n,), jnp.int32).at[body_i].add(touching)
@@ -692,12 +699,14 @@ def contact_forces(
                 cm.mixed_coefficient(rolling[b], rolling_plane[k]) if use_rolling else None,
                 plane_flat[flat],
             )
+            force_bp, roll_bp, spring, contact = materialised(
+                (force_bp, roll_bp, spring, plane_geometry.contact_point), slots.plane_count
+            )
             body_b = b if owner is None else owner[b]
             no_plane = jnp.full((size,), -1, jnp.int32)
             f_plane, t_plane = accumulate(
-                n, body_b, no_plane, force_bp, plane_geometry.contact_point, x, roll_bp,
-                jnp.zeros_like(roll_bp), valid,
-            )  # fmt: skip
+                n, body_b, no_plane, force_bp, contact, x, roll_bp, jnp.zeros_like(roll_bp), valid
+            )
             on_planes = (
                 jnp.zeros((n,), jnp.int32).at[body_b].add(plane_geometry.active.astype(jnp.int32))
             )
