@@ -178,6 +178,7 @@ def test_tangential_history_survives_table_rebuild():
     """The (0, 2) spring moves from slot 0 to slot 1 when the new partner 1 appears."""
     overlap = 1e-4
     setup = make_setup(n=3, normals=np.zeros((0, 3)), gravity=(0.0, 0.0, 0.0))
+    setup = dataclasses.replace(setup, neighbor_list="cells")  # 3 spheres: "auto" takes all
     gap = 2 * RADIUS - overlap
     bodies = spheres([[0.0, 0.0, 0.0], [0.0, gap, 0.0], [gap, 0.0, 0.0]])
     spring = np.array([0.0, 1e-6, 0.0])  # tangent to the (0, 2) normal, x
@@ -212,12 +213,14 @@ def test_persistent_pair_keeps_its_spring_through_a_chunk():
 def test_overflow_reports_cell_and_count():
     positions = [[0.001, 0.001, 0.001], [0.01, 0.01, 0.01]]  # one cell, not touching
     full = make_setup(n=2, capacity=1, normals=np.zeros((0, 3)), gravity=(0.0, 0.0, 0.0))
+    full = dataclasses.replace(full, neighbor_list="cells")  # "all" pairs never overflow
     state, _ = run(full, spheres(positions), 3)
     message = bs.overflow_message(full, state)
     cell = int(np.ravel_multi_index((2, 2, 2), full.grid.shape))
     assert message is not None and f"cell {cell}" in message, message
     assert "holds 2 bodies, capacity 1" in message, message
     roomy = make_setup(n=2, capacity=2, normals=np.zeros((0, 3)), gravity=(0.0, 0.0, 0.0))
+    roomy = dataclasses.replace(roomy, neighbor_list="cells")
     state, _ = run(roomy, spheres(positions), 3)
     assert bs.overflow_message(roomy, state) is None
 
@@ -347,3 +350,32 @@ def test_compacted_pairs_in_a_smaller_bucket_move_the_packing_as_the_full_lists(
         want = np.asarray(getattr(whole.bodies if hasattr(whole.bodies, name) else whole, name))
         np.testing.assert_allclose(got, want, rtol=0, atol=share * np.max(np.abs(want)),
                                    err_msg=name)  # fmt: skip
+
+
+def test_all_pairs_table_moves_a_small_scene_as_the_cell_list_does():
+    """9 spheres thrown about a box (s <= 2 K + 1: "auto" evaluates every pair, built once):
+    the same contacts at every step as the Verlet table from the cell list, no rebuild, and
+    the same motion to round-off (the two are different programs)."""
+    rng = np.random.default_rng(5)
+    position = np.stack(np.meshgrid(*[np.arange(3)] * 2, [0], indexing="ij"), -1).reshape(-1, 3)
+    position = (position - [1, 1, 0]) * 2.2 * RADIUS + [0, 0, 1.2 * RADIUS]
+    velocity = rng.uniform(-0.2, 0.2, position.shape)
+    half = 3.4 * RADIUS
+    normals = [[0, 0, 1], [1, 0, 0], [-1, 0, 0], [0, 1, 0], [0, -1, 0]]
+    points = [[0, 0, 0], [-half, 0, 0], [half, 0, 0], [0, -half, 0], [0, half, 0]]
+    base = make_setup(n=len(position), normals=normals, capacity=8)
+    base = dataclasses.replace(base, plane_point=np.asarray(points, float), skin=0.4 * RADIUS)
+    assert base.all_pairs and base.table_width == 8
+    cells = dataclasses.replace(base, neighbor_list="cells")
+    bodies = spheres(position + rng.uniform(-0.05, 0.05, position.shape) * RADIUS, velocity)
+    steps = 1000
+    every, every_diag = run(base, bodies, steps)
+    listed, listed_diag = run(cells, bodies, steps)
+    assert int(every.rebuilds) == 0 and int(listed.rebuilds) > 0
+    contacts = np.asarray(listed_diag.contacts)
+    assert contacts.sum() > 3 * steps, "the spheres keep touching (the test sees contacts)"
+    np.testing.assert_array_equal(np.asarray(every_diag.contacts), contacts)
+    for name in ("position", "velocity"):
+        want = np.asarray(getattr(listed.bodies, name))
+        np.testing.assert_allclose(getattr(every.bodies, name), want, rtol=0,
+                                   atol=1e-9 * np.max(np.abs(want)), err_msg=name)  # fmt: skip

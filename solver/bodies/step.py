@@ -46,6 +46,7 @@ from kernels.neighbor_search import CellGrid, bin_bodies, neighbor_pairs
 from kernels.rigid_body import Bodies
 
 CONTACT_MODELS = ("hertz", "linear")
+NEIGHBOR_LISTS = ("auto", "cells", "all")
 
 RAYLEIGH_FRACTION = 0.2
 """Hertz time step = 0.2 T_R of the smallest body: the low end of the 0.2-0.3 T_R of common practice
@@ -92,6 +93,12 @@ class BodySetup:
             None: sphere k is body k.
         member_offset: (s, 3) m, each sphere's centre in its body's principal frame, relative to
             the centre of mass. None: zeros.
+        neighbor_list: "cells" (the Verlet pair table from the cell list), "all" (every pair
+            of spheres, built once and never rebuilt; every sphere-plane pair), or "auto":
+            "all" while s (s - 1) / 2 <= s K, i.e. s <= 2 K + 1 (K = grid.max_neighbors), where
+            evaluating every pair costs no more than the table's slots, with no rebuilds (an
+            ensemble's small scenes, whose rebuild condition under vmap is computed at every
+            step). LAMMPS's ``neighbor nsq`` for small systems is the same idea.
     """
 
     radius: np.ndarray
@@ -118,6 +125,7 @@ class BodySetup:
     plane_stiffness: np.ndarray | None = None
     member_body: np.ndarray | None = None
     member_offset: np.ndarray | None = None
+    neighbor_list: str = "auto"
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__
@@ -143,6 +151,9 @@ class BodySetup:
         set_(self, "member_offset", offset)
         for name in ("young", "poisson", "restitution", "friction", "rolling_friction"):
             set_(self, name, _per_item(name, getattr(self, name), n))
+        if self.neighbor_list not in NEIGHBOR_LISTS:
+            raise ValueError(f"BodySetup.neighbor_list must be one of {NEIGHBOR_LISTS}, got "
+                             f"{self.neighbor_list!r}")  # fmt: skip
         if self.contact_model not in CONTACT_MODELS:
             raise ValueError(f"contact_model must be one of {CONTACT_MODELS}, got "
                              f"{self.contact_model!r}")  # fmt: skip
@@ -196,6 +207,19 @@ class BodySetup:
         last rebuild; two spheres then have closed their gap by at most skin - pair_margin, so
         every pair within contact plus pair_margin is still in the table."""
         return 0.5 * (self.skin - self.pair_margin)
+
+    @property
+    def all_pairs(self) -> bool:
+        """True when every pair of spheres is in the table for good (``neighbor_list``)."""
+        if self.neighbor_list != "auto":
+            return self.neighbor_list == "all"
+        s = self.n_spheres
+        return s * (s - 1) // 2 <= s * self.grid.max_neighbors
+
+    @property
+    def table_width(self) -> int:
+        """K, partners per row of the pair table: s - 1 for all pairs, else the grid's."""
+        return max(self.n_spheres - 1, 1) if self.all_pairs else self.grid.max_neighbors
 
     @property
     def n_bodies(self) -> int:
@@ -495,6 +519,22 @@ def _mass_inverse(bodies: Bodies) -> Array:
     return jnp.where(bodies.kinematic, 0.0, bodies.inverse_mass)
 
 
+def _all_pairs(setup: BodySetup) -> tuple[int, np.ndarray]:
+    """The all-pairs table (s, s - 1) int32 (row i: i + 1, ..., s - 1, then -1) and the number
+    of its pairs that interact (spheres of different bodies); host-side, static."""
+    s, width = setup.n_spheres, setup.table_width
+    j = np.arange(width)[None, :] + np.arange(s)[:, None] + 1
+    table = np.where(j < s, j, -1).astype(np.int32)
+    return int(np.sum(_real_pairs(setup, table))), table
+
+
+def _real_pairs(setup: BodySetup, table: np.ndarray) -> np.ndarray:
+    """(s, K) bool: entries of a host-side table that are pairs of spheres of different bodies."""
+    owner = setup.member_body
+    row = np.arange(table.shape[0])[:, None]
+    return (table >= 0) & (owner[row] != owner[np.where(table >= 0, table, 0)])
+
+
 def contact_forces(
     setup: BodySetup,
     bodies: Bodies,
@@ -537,7 +577,7 @@ def contact_forces(
     """
     grid = setup.grid
     n, s, p = setup.n_bodies, setup.n_spheres, setup.n_planes
-    width = grid.max_neighbors
+    width = setup.table_width
     dtype = bodies.position.dtype
 
     def const(values):
@@ -603,7 +643,28 @@ def contact_forces(
         no_overflow = Overflow(jnp.zeros((), bool), zero, zero, zero, zero)
         return partners, history, plane_history, no_overflow, slots
 
-    if reference is None or slots is None:
+    pair_sizes = bucket_capacities(s * width, buckets)
+    plane_sizes = bucket_capacities(s * p, buckets)
+    if setup.all_pairs:
+        real_pairs, table = _all_pairs(setup)
+        pair_sizes = (max(real_pairs, 1),)  # static: the count never changes
+        plane_sizes = (max(s * p, 1),)
+    if setup.all_pairs and (reference is None or slots is None):
+        rebuilt = jnp.ones((), bool)
+        zero = jnp.zeros((), jnp.int32)
+        overflow = Overflow(jnp.zeros((), bool), zero, zero, zero, zero)
+        new_partners = jnp.asarray(table)
+        history = carry_history(partners, history, new_partners)
+        partners = new_partners
+        pair_slots, pair_count = compacted(jnp.asarray(_real_pairs(setup, table)))
+        plane_slots = jnp.arange(s * p, dtype=jnp.int32)
+        slots = ActiveSlots(pair_slots, pair_count, plane_slots, jnp.asarray(s * p, jnp.int32))
+        reference = jnp.copy(xs)
+    elif setup.all_pairs:  # the table holds every pair for good: nothing to decide
+        rebuilt = jnp.zeros((), bool)
+        zero = jnp.zeros((), jnp.int32)
+        overflow = Overflow(jnp.zeros((), bool), zero, zero, zero, zero)
+    elif reference is None or slots is None:
         rebuilt = jnp.ones((), bool)
         partners, history, plane_history, overflow, slots = rebuild(None)
         reference = jnp.copy(xs)  # its own buffer: the state is donated leaf by leaf
@@ -663,7 +724,7 @@ def contact_forces(
         return force, torque, springs, count, jnp.sum(energy_ij)
 
     force, torque, new_history, count, elastic = over_prefix(
-        slots.pair_count, bucket_capacities(pair_total, buckets), pair_forces
+        slots.pair_count, pair_sizes, pair_forces
     )
 
     new_plane_history = plane_history
@@ -714,7 +775,7 @@ def contact_forces(
             return f_plane, t_plane, springs, on_planes, jnp.sum(energy_bp)
 
         f_plane, t_plane, plane_springs, on_planes, plane_energy = over_prefix(
-            slots.plane_count, bucket_capacities(plane_total, buckets), plane_forces
+            slots.plane_count, plane_sizes, plane_forces
         )
         force, torque = force + f_plane, torque + t_plane
         count = count + on_planes
@@ -755,7 +816,7 @@ def initial_state(
 ) -> BodyState:
     """The state at time 0: empty histories, the first pair table and its forces."""
     n, s = setup.n_bodies, setup.n_spheres
-    p, width = setup.n_planes, setup.grid.max_neighbors
+    p, width = setup.n_planes, setup.table_width
     if bodies.position.shape != (n, 3):
         raise ValueError(f"bodies.position must be ({n}, 3) for this setup, got "
                          f"{bodies.position.shape}")  # fmt: skip
