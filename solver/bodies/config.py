@@ -187,6 +187,7 @@ class BodiesConfig:
     capacities: tuple[tuple[str, int], ...] = ()
     # steps between energy/momentum totals; None: the case decides (solver.bodies.model)
     diagnostics_every: int | None = None
+    precision: str = "float64"  # the body state's float type: "float64" or "float32"
 
     @classmethod
     def default(cls) -> BodiesConfig:
@@ -482,6 +483,7 @@ def _sweep_value(key: str, name: str, value: Any) -> float | tuple[float, float,
     return value
 
 
+PRECISIONS = ("float64", "float32")
 BODY_CAPACITIES = ("capacity", "ghost_capacity", "migration_capacity", "cell_capacity",
                    "max_partners")  # fmt: skip
 
@@ -506,8 +508,14 @@ def parse_bodies(s: Section) -> BodiesConfig:
     if every not in (None, 1) and (mesh is not None or ensemble.enabled):
         allowed = "null or 1 with bodies.mesh or an ensemble (they total every step)"
         raise ConfigError(s.key("diagnostics_every"), every, allowed)
+    precision = s.data.get("precision", "float64")
+    if precision not in PRECISIONS:
+        raise ConfigError(s.key("precision"), precision, " or ".join(PRECISIONS))
+    if precision != "float64" and (mesh is not None or ensemble.enabled):
+        raise ConfigError(s.key("precision"), precision,
+                          "float64 with bodies.mesh or an ensemble (not yet)")  # fmt: skip
     return BodiesConfig(ensemble=ensemble, mesh=mesh, capacities=tuple(capacities),
-                        diagnostics_every=every)  # fmt: skip
+                        diagnostics_every=every, precision=precision)  # fmt: skip
 
 
 # case.name -> the parser of the ``case`` section of that rigid-body case

@@ -22,6 +22,7 @@ import math
 from pathlib import Path
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from kernels import rigid_body
@@ -81,14 +82,21 @@ class BodyModel:
             log.info("%s: split over a %s mesh of subdomains", case.name,
                      "x".join(map(str, mesh)))  # fmt: skip
         else:
-            self.stepper = SingleStepper(setup, case.bodies, self.diagnostics_every(config))
+            bodies = case.bodies
+            if config.bodies.precision != "float64":  # the state's type sets the step's
+                dtype = jnp.dtype(config.bodies.precision)
+                bodies = jax.tree.map(
+                    lambda a: a.astype(dtype) if jnp.issubdtype(a.dtype, jnp.floating) else a,
+                    bodies,
+                )
+            self.stepper = SingleStepper(setup, bodies, self.diagnostics_every(config))
         self.layout = HostLayout(runtime, {"mesh": list(mesh) if mesh else None})
         self.identity = {
             "case": case.name,
             "bodies": setup.n_bodies,
             "spheres": setup.n_spheres,
             "planes": setup.n_planes,
-            "precision": "float64",
+            "precision": config.bodies.precision,
         }
         self._omega = jax.jit(rigid_body.angular_velocity)
         self.rows: list[np.ndarray] = [energy_rows(0, self.dt, self.stepper.initial)]
@@ -275,7 +283,7 @@ class BodyModel:
             "bodies": setup.n_bodies,
             "planes": setup.n_planes,
             "contact_model": setup.contact_model,
-            "precision": "float64",
+            "precision": self.config.bodies.precision,
             "energy": {
                 "kinetic_first_J": first[2],
                 "potential_first_J": first[3],
@@ -305,8 +313,10 @@ class BodyModel:
 def pair_table_summary(setup, rebuilds: int | None, steps: int) -> dict:
     """run.json's account of the Verlet pair table: its skin, the distance a sphere may move
     before a rebuild, and the rebuilds over the run (None: rebuilt every step, the spatial
-    decomposition's table)."""
+    decomposition's table) and which table: "all" pairs of a small scene, built once, or the
+    Verlet list from the "cells"."""
     return {
+        "neighbor_list": "all" if setup.all_pairs and rebuilds is not None else "cells",
         "skin_m": setup.skin,
         "rebuild_distance_m": setup.rebuild_distance,
         "rebuilds": rebuilds,

@@ -47,6 +47,9 @@ def run_twin(config: RunConfig, output_dir: Path, interactive: bool | None = Non
 
         if config.bodies.mesh is not None:
             raise ConfigError("twin.mode", twin.mode, "none with bodies.mesh (not yet)")
+        if config.bodies.precision != "float64":
+            raise ConfigError("bodies.precision", config.bodies.precision,
+                              "float64 with a twin (not yet)")  # fmt: skip
         return simulate(config, output_dir, interactive, hook=BodyTwinHook(twin))
     extra: dict = {}
     free_hook = None
