@@ -36,6 +36,8 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--work", type=Path, default=None,
                         help="solver run directories (default: OUT/runs)")  # fmt: skip
     parser.add_argument("--list", action="store_true", help="list the cases and exit")
+    parser.add_argument("--body-precision", choices=("float64", "float32"), default="float64",
+                        help="bodies.precision of the rigid-body cases")  # fmt: skip
     return parser.parse_args(argv)
 
 
@@ -61,7 +63,8 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)  # fmt: skip
         return 2
     stops = SuiteStops()
-    ctx = Context(fast=args.fast, out=args.out, work=args.work or args.out / "runs", stops=stops)
+    ctx = Context(fast=args.fast, out=args.out, work=args.work or args.out / "runs", stops=stops,
+                  body_precision=args.body_precision)  # fmt: skip
     ctx.out.mkdir(parents=True, exist_ok=True)
     results: list[CaseResult] = []
     start = time.perf_counter()

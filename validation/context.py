@@ -23,12 +23,14 @@ class Context:
     out: report directory; plots are written here.
     work: directory for the solver's own output, one sub-directory per run.
     stops: the suite's stop requests (None: not watched); no run starts after one.
+    body_precision: ``bodies.precision`` of the rigid-body cases (float64 or float32).
     """
 
     fast: bool
     out: Path
     work: Path
     stops: SuiteStops | None = None
+    body_precision: str = "float64"
 
     def pick(self, full: T, fast: T) -> T:
         """The full-size or the fast value."""

@@ -161,7 +161,7 @@ def run_body_case(ctx: Context, case: str, label: str, overrides: list[str]) -> 
     from solver.api import compose_config
     from solver.app import enable_precision
 
-    enable_precision("float64")  # bodies run in float64, as `python -m solver` runs them
+    enable_precision("float64")  # x64 on, as `python -m solver` runs bodies (float32 by config)
     from solver.bodies.cases import build_body_case
     from solver.run import simulate
 
@@ -171,6 +171,8 @@ def run_body_case(ctx: Context, case: str, label: str, overrides: list[str]) -> 
     # like solver.api.run: a fresh run, no checkpoints (a rerun into the same work dir must
     # not resume the finished one)
     overrides = ["checkpoint=none", *overrides]
+    if ctx.body_precision != "float64":
+        overrides.append(f"bodies.precision={ctx.body_precision}")
     config = compose_config(overrides)
     if config.steps is None:
         # whole chunks: every chunk then has one length and compiles once (a shorter last chunk
