@@ -31,9 +31,10 @@ def scenario(name: str, lattice_name: str, dtype: str = "float32"):
     density = 1.0 + 0.01 * rng.standard_normal(shape)
     velocity = 0.02 * rng.standard_normal((d, *shape))
     common = dict(lattice=lattice, shape=shape, omega=1.6, dtype=dtype, collision="trt")
-    if name == "periodic":
+    if name == "periodic":  # with the Smagorinsky model: its rate is local to each cell
         force = BodyForce(constant=(1e-5,) + (0.0,) * (d - 1))
-        return FluidSetup(**common, body_force=force), density, velocity
+        les = dict(les="smagorinsky", les_cs=0.17)
+        return FluidSetup(**common, **les, body_force=force), density, velocity
 
     index = np.indices(shape)
     solid = (index[1] == 0) | (index[1] == shape[1] - 1)

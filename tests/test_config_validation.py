@@ -39,6 +39,8 @@ def test_defaults_are_the_schaefer_turek_cylinder():
         (["case=duct"], "fluid.lattice", "3D lattice"),
         (["case=taylor_green", "case.variant=beltrami"], "case.variant", "2D lattice"),
         (["fluid.precision=float16"], "fluid.precision", "float32 | float64"),
+        (["fluid.les=wale"], "fluid.les", "none | smagorinsky"),
+        (["fluid.les_cs=0"], "fluid.les_cs", "> 0"),
         (["fluid.lattice=D2Q5"], "fluid.lattice", "D2Q9 | D3Q19 | D3Q27"),
         (["steps=0"], "steps", ">= 1"),
         (["case=cavity", "case.re=-5"], "case.re", "> 0"),

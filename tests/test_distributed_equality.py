@@ -1,9 +1,9 @@
 """1 device vs N devices and N processes: the same populations after the same steps.
 
-The scenarios (tests/distributed_scenarios.py) cover periodic edges with a body force, resting
-and moving walls with an inlet, an outlet and a measured obstacle, and curved (Bouzidi) walls,
-in 2D (D2Q9) and 3D (D3Q19, D3Q27). Fake CPU devices run in one process with the xla halo; MPI
-runs launch real ``mpirun`` jobs with both halo back ends.
+The scenarios (tests/distributed_scenarios.py) cover periodic edges with a body force and the
+Smagorinsky model, resting and moving walls with an inlet, an outlet and a measured obstacle, and
+curved (Bouzidi) walls, in 2D (D2Q9) and 3D (D3Q19, D3Q27). Fake CPU devices run in one process
+with the xla halo; MPI runs launch real ``mpirun`` jobs with both halo back ends.
 
 Bitwise except where a curved wall is involved: XLA:CPU contracts a*b + c into a fused
 multiply-add in its vectorised loop bodies, and a block of another shape puts some cells into a

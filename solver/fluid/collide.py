@@ -47,16 +47,20 @@ class CollisionParams:
         omega: relaxation rate 1/tau of the viscous (even) moments.
         trt_magic: TRT magic parameter Lambda, fixing the odd rate (TRT only).
         dtype: storage dtype of the populations.
+        smagorinsky: the Smagorinsky constant C_s, or 0 without a subgrid model.
     """
 
     lattice: Lattice
     omega: float
     trt_magic: float
     dtype: np.dtype
+    smagorinsky: float = 0.0
 
     @classmethod
     def from_setup(cls, setup: FluidSetup) -> CollisionParams:
-        return cls(setup.lattice, setup.omega, setup.trt_magic, jnp.dtype(setup.dtype))
+        smagorinsky = setup.les_cs if setup.les == "smagorinsky" else 0.0
+        return cls(setup.lattice, setup.omega, setup.trt_magic, jnp.dtype(setup.dtype),
+                   smagorinsky)  # fmt: skip
 
 
 Operator = Callable[[Populations, Array, Sequence[Array], Force, CollisionParams], tuple]
@@ -119,14 +123,32 @@ def with_guo_source(
     return tuple(post[i] + src[i] for i in range(lattice.q))
 
 
+def even_rate(
+    f: Populations,
+    feq: Populations,
+    rho: Array,
+    u: Sequence[Array],
+    force: Force,
+    params: CollisionParams,
+) -> float | Array:
+    """The rate of the viscous (even) moments: params.omega, or per cell (*shape) from the
+    Smagorinsky model when params.smagorinsky > 0 (kernels.collision.smagorinsky_omega)."""
+    if params.smagorinsky <= 0.0:
+        return params.omega
+    return collision.smagorinsky_omega(
+        params.lattice, f, feq, rho, u, force, params.omega, params.smagorinsky
+    )
+
+
 def bgk(
     f: Populations, rho: Array, u: Sequence[Array], force: Force, params: CollisionParams
 ) -> tuple[Array, ...]:
     """BGK: f_i* = f_i - omega (f_i - f_i^eq(rho, u)) + S_i, one rate for every moment."""
     lat = params.lattice
     feq = equilibrium(lat, rho, u)
-    post = collision.bgk(lat, f, feq, params.omega)
-    return with_guo_source(lat, post, u, force, params.omega, params.omega)
+    omega = even_rate(f, feq, rho, u, force, params)
+    post = collision.bgk(lat, f, feq, omega)
+    return with_guo_source(lat, post, u, force, omega, omega)
 
 
 def trt(
@@ -135,10 +157,11 @@ def trt(
     """TRT (Ginzburg et al. 2008): omega+ on the even parts f_i+ - f_i^eq+, omega- on the odd
     parts, with Lambda = (1/omega+ - 1/2)(1/omega- - 1/2) = params.trt_magic."""
     lat = params.lattice
-    omega_minus = collision.trt_omega_minus(params.omega, params.trt_magic)
     feq = equilibrium(lat, rho, u)
-    post = collision.trt(lat, f, feq, params.omega, omega_minus)
-    return with_guo_source(lat, post, u, force, params.omega, omega_minus)
+    omega = even_rate(f, feq, rho, u, force, params)
+    omega_minus = collision.trt_omega_minus(omega, params.trt_magic)
+    post = collision.trt(lat, f, feq, omega, omega_minus)
+    return with_guo_source(lat, post, u, force, omega, omega_minus)
 
 
 OPERATORS: dict[str, Operator] = {"bgk": bgk, "trt": trt}

@@ -15,6 +15,7 @@ from solver.sections import Section
 
 PRECISIONS = ("float32", "float64")
 COLLISIONS = ("bgk", "trt")
+LES_MODELS = ("none", "smagorinsky")
 INFLOWS = ("parabolic", "uniform")
 TG_VARIANTS = ("vortex", "beltrami")
 MAX_MACH = 0.3
@@ -27,6 +28,8 @@ class FluidConfig:
     trt_magic: float
     precision: str  # "float32" | "float64"
     u_lattice: float  # lattice velocity of the case's characteristic velocity
+    les: str = "none"  # "none" | "smagorinsky"
+    les_cs: float = 0.1  # Smagorinsky constant
 
     @property
     def dimension(self) -> int:
@@ -140,6 +143,8 @@ def parse_fluid(s: Section) -> FluidConfig:
         collision=s.choice("collision", COLLISIONS, case_sensitive=False),
         trt_magic=s.number("trt_magic", low=0.0),
         precision=s.choice("precision", PRECISIONS),
+        les=s.choice("les", LES_MODELS, case_sensitive=False),
+        les_cs=s.number("les_cs", low=0.0, high=1.0),
         # the Mach limit (u_lattice / c_s <= 0.3) is checked where the case knows its peak velocity
         u_lattice=s.number("u_lattice", low=0.0, high=1.0),
     )

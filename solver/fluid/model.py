@@ -54,7 +54,12 @@ def likely_cause(case: Case) -> str:
         causes.append(
             f"tau = {case.tau:.5f} is close to 0.5 (raise the viscosity (lower Re), "
             "case.resolution or fluid.u_lattice"
-            + (", or use fluid.collision=trt)" if case.setup.collision == "bgk" else ")")
+            + (", or use fluid.collision=trt" if case.setup.collision == "bgk" else "")
+            + (
+                ", or fluid.les=smagorinsky for an under-resolved flow)"
+                if case.setup.les == "none"
+                else ")"
+            )
         )
     if case.setup.collision == "trt" and case.setup.open_boundaries and case.tau < 0.535:
         causes.append(
@@ -286,6 +291,9 @@ class FluidModel:
             "reynolds": case.reynolds,
             "lattice": setup.lattice.name,
             "collision": setup.collision,
+            "les": {"model": setup.les, "smagorinsky_constant": setup.les_cs}
+            if setup.les != "none"
+            else None,
             "precision": setup.dtype,
             "shape": list(setup.shape),
             "cells": setup.cells,

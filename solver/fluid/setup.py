@@ -13,6 +13,7 @@ import numpy as np
 from kernels.lattices import Lattice
 
 COLLISIONS = ("bgk", "trt")
+LES_MODELS = ("none", "smagorinsky")
 
 
 @dataclass(frozen=True)
@@ -64,6 +65,9 @@ class FluidSetup:
         omega: relaxation rate 1/tau of the viscous (symmetric) moments.
         collision: "bgk" or "trt".
         trt_magic: TRT magic parameter Lambda (3/16 places half-way walls exactly mid-link).
+        les: "none" or "smagorinsky": the even rate computed per cell from the local strain
+            (kernels/collision.py), on BGK and TRT (TRT keeps Lambda, so its odd rate follows).
+        les_cs: the Smagorinsky constant C_s (> 0), used with les = "smagorinsky".
         solid: (*shape) bool, True on solid nodes. Domain edges are periodic, so walls at the
             box edges are solid layers.
         wall_velocity: (d, *shape) lattice velocity of solid nodes (moving walls, Ladd's rule);
@@ -83,6 +87,8 @@ class FluidSetup:
     dtype: str = "float32"
     collision: str = "bgk"
     trt_magic: float = 3.0 / 16.0
+    les: str = "none"
+    les_cs: float = 0.1
     solid: np.ndarray | None = field(default=None, repr=False)
     wall_velocity: np.ndarray | None = field(default=None, repr=False)
     wall_distance: np.ndarray | None = field(default=None, repr=False)
@@ -98,6 +104,10 @@ class FluidSetup:
             )
         if self.collision not in COLLISIONS:
             raise ValueError(f"collision {self.collision!r} not in {COLLISIONS}")
+        if self.les not in LES_MODELS:
+            raise ValueError(f"les {self.les!r} not in {LES_MODELS}")
+        if not self.les_cs > 0.0:
+            raise ValueError(f"les_cs={self.les_cs} must be > 0")
         if not 0.0 < self.omega < 2.0:
             raise ValueError(f"omega={self.omega} must lie in (0, 2) (tau > 0.5)")
         for name, arr, lead in (

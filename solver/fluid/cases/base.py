@@ -163,6 +163,8 @@ def fluid_setup(
         dtype=fluid.precision,
         collision=fluid.collision,
         trt_magic=fluid.trt_magic,
+        les=fluid.les,
+        les_cs=fluid.les_cs,
         **geometry,
     )
 
