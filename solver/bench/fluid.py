@@ -106,8 +106,11 @@ def measure_copy(dtype: str) -> Callable[[], float]:
     return run_once
 
 
-def build_setup(lattice_name: str, precision: str, case: str, edge: int) -> FluidSetup:
-    """A box of edge^d cells; for "walls" solid layers on every face not normal to x."""
+def build_setup(
+    lattice_name: str, precision: str, case: str, edge: int, les: str = "none"
+) -> FluidSetup:
+    """A box of edge^d cells; for "walls" solid layers on every face not normal to x; ``les``
+    "smagorinsky" turns the subgrid model on (C_s = 0.17)."""
     lat = lattice_by_name(lattice_name)
     shape = (edge,) * lat.d
     solid = None
@@ -119,7 +122,8 @@ def build_setup(lattice_name: str, precision: str, case: str, edge: int) -> Flui
             solid[tuple(index)] = True
             index[axis] = edge - 1
             solid[tuple(index)] = True
-    return FluidSetup(lattice=lat, shape=shape, omega=1.0 / TAU, dtype=precision, solid=solid)
+    return FluidSetup(lattice=lat, shape=shape, omega=1.0 / TAU, dtype=precision, solid=solid,
+                      les=les, les_cs=0.17)  # fmt: skip
 
 
 def initial_fields(setup: FluidSetup) -> tuple[np.ndarray, np.ndarray]:
@@ -184,9 +188,10 @@ def bench_one(
     steps: int,
     repeats: int,
     copy_run: Callable[[], float],
+    les: str = "none",
 ) -> BenchResult:
     """Time ``repeats`` chunks of ``steps`` steps, each right after one copy-bandwidth run."""
-    setup = build_setup(lattice_name, precision, case, edge)
+    setup = build_setup(lattice_name, precision, case, edge, les)
     start = time.perf_counter()
     advance, state, compiled = _compile_chunk(setup, steps)
     state = advance(state)  # first call: warm-up (allocation, page faults)
@@ -280,6 +285,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--repeats", type=int, default=5, help="timed chunks per row (median)")
     parser.add_argument("--case", choices=("periodic", "walls", "both"), default="both")
     parser.add_argument("--json", metavar="PATH", default=None, help="also write results here")
+    parser.add_argument("--les", choices=("none", "smagorinsky"), default="none",
+                        help="subgrid model of every row (smagorinsky: C_s = 0.17)")  # fmt: skip
     args = parser.parse_args(argv)
     args.lattices = _csv(args.lattices)
     args.precisions = _csv(args.precisions)
@@ -302,7 +309,7 @@ def main(argv: list[str] | None = None) -> int:
         f"device: {devices[0].platform} x{len(devices)} ({platform.processor() or 'cpu'}), "
         f"{os.cpu_count()} cores, jax {jax.__version__}; "
         f"copy kernel: {COPY_BYTES // 2**20} MiB x {COPY_ITERATIONS}; "
-        f"{args.steps} steps per chunk, median of {args.repeats}",
+        f"{args.steps} steps per chunk, median of {args.repeats}; LES {args.les}",
         flush=True,
     )
     rows: list[BenchResult] = []
@@ -320,7 +327,14 @@ def main(argv: list[str] | None = None) -> int:
             for case in cases:
                 for edge in edges:
                     row = bench_one(
-                        lat.name, precision, case, edge, args.steps, args.repeats, copy_run
+                        lat.name,
+                        precision,
+                        case,
+                        edge,
+                        args.steps,
+                        args.repeats,
+                        copy_run,
+                        args.les,
                     )
                     rows.append(row)
                     lines = format_table([row]).splitlines()
