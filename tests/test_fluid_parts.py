@@ -19,10 +19,12 @@ def test_every_setup_collision_has_an_operator():
     assert set(COLLISIONS) == set(collide.OPERATORS)
 
 
+@pytest.mark.parametrize("smagorinsky", [0.0, 0.17], ids=["plain", "les"])
 @pytest.mark.parametrize("name", sorted(collide.OPERATORS))
 @pytest.mark.parametrize("lattice_name", ["D2Q9", "D3Q19"])
-def test_operators_conserve_mass_and_momentum(name, lattice_name):
-    """Without a force, sum_i f_i* = rho and sum_i c_i f_i* = rho u."""
+def test_operators_conserve_mass_and_momentum(name, lattice_name, smagorinsky):
+    """Without a force, sum_i f_i* = rho and sum_i c_i f_i* = rho u (also with the Smagorinsky
+    model's local rate)."""
     lattice = LATTICES[lattice_name]
     shape = (4,) * lattice.d
     rng = np.random.default_rng(3)
@@ -30,7 +32,7 @@ def test_operators_conserve_mass_and_momentum(name, lattice_name):
         jnp.asarray(lattice.w[i] * (1.0 + 0.1 * rng.standard_normal(shape)))
         for i in range(lattice.q)
     ]
-    params = collide.CollisionParams(lattice, 1.3, 3.0 / 16.0, np.dtype("float64"))
+    params = collide.CollisionParams(lattice, 1.3, 3.0 / 16.0, np.dtype("float64"), smagorinsky)
     rho, u = collide.moments(lattice, f, None, params.dtype)
     post = collide.OPERATORS[name](f, rho, u, None, params)
     np.testing.assert_allclose(sum(post), rho, atol=CONSERVATION_ATOL)

@@ -79,9 +79,10 @@ def test_smagorinsky_rate_is_the_same_for_a_rotated_shear():
 
 @pytest.mark.parametrize("name", ["bgk", "trt"])
 @pytest.mark.parametrize("lattice_name", ["D2Q9", "D3Q19"])
-def test_les_collisions_conserve_and_leave_uniform_flow_alone(name, lattice_name):
-    """With the model on: mass and momentum conserved; a cell at equilibrium (no strain) keeps
-    the molecular rate, so it is left exactly as plain BGK/TRT leaves it."""
+def test_les_collisions_leave_uniform_flow_alone(name, lattice_name):
+    """With the model on, a strained cell relaxes at its own rate (not the plain one), and a
+    cell at equilibrium (no strain) keeps the molecular rate, so it is left exactly as plain
+    BGK/TRT leaves it (conservation: tests/test_fluid_parts.py)."""
     lattice = LATTICES[lattice_name]
     shape = (4,) * lattice.d
     rng = np.random.default_rng(3)
@@ -91,10 +92,6 @@ def test_les_collisions_conserve_and_leave_uniform_flow_alone(name, lattice_name
     plain = collide.CollisionParams(lattice, OMEGA0, 3.0 / 16.0, np.dtype("float64"))
     rho, u = collide.moments(lattice, f, None, les.dtype)
     post = collide.OPERATORS[name](f, rho, u, None, les)
-    np.testing.assert_allclose(sum(post), rho, atol=EXACT)
-    for a in range(lattice.d):
-        mom = sum(int(lattice.c[i, a]) * post[i] for i in range(lattice.q))
-        np.testing.assert_allclose(mom, rho * u[a], atol=EXACT)
     assert not np.allclose(np.asarray(post[0]), np.asarray(
         collide.OPERATORS[name](f, rho, u, None, plain)[0]), rtol=1e-9)  # fmt: skip
     feq = equilibrium(lattice, rho, u)
