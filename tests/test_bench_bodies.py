@@ -55,11 +55,12 @@ def test_growth_per_decade_is_the_time_ratio_per_tenfold_bodies() -> None:
     assert bb.growth_per_decade([_row(10, 1.0)]) is None
 
 
-def test_cli_reports_packings_ensemble_and_ceiling(tmp_path: Path) -> None:
+@pytest.mark.parametrize("precision", ["float64", "float32"])
+def test_cli_reports_packings_ensemble_and_ceiling(tmp_path: Path, precision: str) -> None:
     out = tmp_path / "bodies.json"
     cmd = [sys.executable, "-m", "solver.bench", "bodies", "--sizes", str(SIZE)]
     cmd += ["--ensemble", str(MEMBERS), "--ensemble-bodies", str(MEMBER_BODIES)]
-    cmd += ["--steps", "2", "--repeats", "1", "--json", str(out)]
+    cmd += ["--steps", "2", "--repeats", "1", "--json", str(out), "--precision", precision]
     done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "ceiling" in done.stdout and "B per body-step" in done.stdout
@@ -69,12 +70,14 @@ def test_cli_reports_packings_ensemble_and_ceiling(tmp_path: Path) -> None:
         ("packing", SIZE, 1), ("ensemble", MEMBER_BODIES, MEMBERS)
     ]  # fmt: skip
     assert payload["growth_per_decade"] is None  # one packing size
+    assert payload["precision"] == precision
     for r in rows:
         work = r["bodies"] * r["members"]
         assert r["body_steps_per_s"] > 0 and r["bandwidth_gbs"] > 0
         assert r["body_steps_per_s"] == pytest.approx(work / r["seconds_per_step"], rel=1e-9)
         assert r["body_steps_per_s_best"] >= r["body_steps_per_s"] * (1 - 1e-9)
-        assert r["bytes_per_body_step"] == bb.bytes_per_body_step(bb.MAX_NEIGHBORS, 6)
+        itemsize = 4 if precision == "float32" else 8
+        assert r["bytes_per_body_step"] == bb.bytes_per_body_step(bb.MAX_NEIGHBORS, 6, itemsize)
         ceiling = r["bandwidth_gbs"] * 1e9 / r["bytes_per_body_step"]
         assert r["ceiling_body_steps_per_s"] == pytest.approx(ceiling, rel=1e-9)
         assert r["fraction"] == pytest.approx(r["body_steps_per_s"] / ceiling, rel=1e-9)

@@ -4,11 +4,13 @@
                                   [--ensemble-bodies 16] [--steps 20] [--repeats 3] [--json PATH]
                                   [--peer lammps] [--peer-steps 200] [--peer-ranks N]
                                   [--peer-dir DIR] [--diagnostics-every K]
+                                  [--precision float64|float32]
 
 Packings: n equal spheres (r = 1 mm, glass-like, Hertz-Mindlin with friction) on a simple cubic
 lattice of spacing 2 r inside a box of six rigid walls, each centre jittered by up to
 ``JITTER`` r, so that about half the lattice neighbours start slightly overlapped, under
-gravity (the packing settles and its contacts carry load). Float64, dt half the stable step.
+gravity (the packing settles and its contacts carry load). Float64 (``--precision float32``:
+the body state in single precision, as ``bodies.precision``), dt half the stable step.
 The real solver chunk (``solver.bodies.step.make_body_chunk``, the Verlet table rebuilt when a
 sphere moved half the skin, the energy and momentum totals once per chunk as a scene run takes
 them at its output steps, or every ``--diagnostics-every`` steps) is jitted with the step count
@@ -201,11 +203,19 @@ def _check(setup, state, label: str) -> float:
     return float(jnp.mean(state.contact_count))
 
 
-def _row(kind, bodies, members, steps, seconds, bandwidths, contacts, compile_s, planes):
+def _cast(tree, dtype: str):
+    """The float leaves of a pytree in ``dtype`` (the body state of a float32 run)."""
+    return jax.tree.map(
+        lambda a: a.astype(dtype) if jnp.issubdtype(a.dtype, jnp.floating) else a, tree
+    )
+
+
+def _row(kind, bodies, members, steps, seconds, bandwidths, contacts, compile_s, planes,
+         itemsize=8):  # fmt: skip
     per_step = statistics.median(seconds) / steps
     work = bodies * members
     bandwidth = statistics.median(bandwidths)
-    moved = bytes_per_body_step(MAX_NEIGHBORS, planes)
+    moved = bytes_per_body_step(MAX_NEIGHBORS, planes, itemsize)
     rate = work / per_step
     ceiling = bandwidth / moved
     return BodiesBenchRow(
@@ -226,17 +236,23 @@ def _row(kind, bodies, members, steps, seconds, bandwidths, contacts, compile_s,
 
 
 def bench_packing(
-    n: int, steps: int, repeats: int, copy_run, seed: int = 0, every: int | None = None
+    n: int,
+    steps: int,
+    repeats: int,
+    copy_run,
+    seed: int = 0,
+    every: int | None = None,
+    dtype: str = "float64",
 ) -> BodiesBenchRow:
     """Time the solver chunk on a settling packing of n spheres; ``every``: steps between the
     energy and momentum totals (None: once per chunk, at its end, as a scene run totals at its
-    output steps)."""
+    output steps); ``dtype``: the body state's type (bodies.precision)."""
     from solver.bodies.step import initial_state, make_body_chunk
 
     setup, position = build_scene(n, _lattice_counts(n), seed)
     start = time.perf_counter()
     # jitted: op by op, the first neighbour search of 1e5 spheres would take minutes
-    state = jax.jit(lambda b: initial_state(setup, b))(_spheres(position))
+    state = jax.jit(lambda b: initial_state(setup, b))(_cast(_spheres(position), dtype))
     compiled = (
         jax.jit(make_body_chunk(setup, every or steps), static_argnums=1, donate_argnums=0)
         .lower(state, steps)
@@ -249,11 +265,18 @@ def bench_packing(
     compile_s = time.perf_counter() - start
     state, seconds, bandwidths = _time_chunks(advance, state, repeats, copy_run)
     contacts = _check(setup, state, f"packing of {n}")
-    return _row("packing", n, 1, steps, seconds, bandwidths, contacts, compile_s, setup.n_planes)
+    return _row("packing", n, 1, steps, seconds, bandwidths, contacts, compile_s, setup.n_planes,
+                jnp.dtype(dtype).itemsize)  # fmt: skip
 
 
 def bench_ensemble(
-    members: int, bodies: int, steps: int, repeats: int, copy_run, seed: int = 1
+    members: int,
+    bodies: int,
+    steps: int,
+    repeats: int,
+    copy_run,
+    seed: int = 1,
+    dtype: str = "float64",
 ) -> BodiesBenchRow:
     """Time one vmapped chunk over ``members`` scenes of ``bodies`` spheres (a dropping column
     in a box of 2 x 2 sites), restitution drawn per member from [0.3, 0.9]."""
@@ -267,8 +290,9 @@ def bench_ensemble(
         _, position = build_scene(bodies, counts, int(rng.integers(1 << 31)))
         positions.append(position + np.array([0.0, 0.0, 2.0 * RADIUS]))  # released above
     batch = jax.tree.map(lambda *a: jnp.stack(a), *[_spheres(p) for p in positions])
-    base = setup.params()
-    restitution = jnp.asarray(rng.uniform(0.3, 0.9, (members, 1)) * np.ones((1, bodies)))
+    batch = _cast(batch, dtype)
+    base = setup.params(jnp.dtype(dtype))
+    restitution = jnp.asarray(rng.uniform(0.3, 0.9, (members, 1)) * np.ones((1, bodies)), dtype)
     params = jax.tree.map(lambda a: jnp.broadcast_to(a, (members, *a.shape)), base)
     params = params.replace(restitution=restitution)
     start = time.perf_counter()
@@ -287,7 +311,7 @@ def bench_ensemble(
     state, seconds, bandwidths = _time_chunks(advance, state, repeats, copy_run)
     contacts = _check(setup, state, f"ensemble of {members} x {bodies}")
     return _row("ensemble", bodies, members, steps, seconds, bandwidths, contacts, compile_s,
-                setup.n_planes)  # fmt: skip
+                setup.n_planes, jnp.dtype(dtype).itemsize)  # fmt: skip
 
 
 def growth_per_decade(rows: list[BodiesBenchRow]) -> float | None:
@@ -407,6 +431,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--repeats", type=int, default=3, help="timed chunks per row (median)")
     parser.add_argument("--json", metavar="PATH", default=None, help="also write results here")
     parser.add_argument(
+        "--precision",
+        choices=["float64", "float32"],
+        default="float64",
+        help="the body state's type, as bodies.precision (default float64)",
+    )
+    parser.add_argument(
         "--diagnostics-every",
         type=int,
         default=None,
@@ -445,18 +475,18 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    jax.config.update("jax_enable_x64", True)  # bodies run in float64
+    jax.config.update("jax_enable_x64", True)  # bodies run in float64 unless --precision
     from solver.bench.fluid import COPY_BYTES, COPY_ITERATIONS, measure_copy
 
     devices = jax.devices()
     print(
         f"device: {devices[0].platform} x{len(devices)} ({platform.processor() or 'cpu'}), "
-        f"{os.cpu_count()} cores, jax {jax.__version__}; float64; copy kernel: "
+        f"{os.cpu_count()} cores, jax {jax.__version__}; {args.precision}; copy kernel: "
         f"{COPY_BYTES // 2**20} MiB x {COPY_ITERATIONS}; {args.steps} steps per chunk, "
         f"median of {args.repeats}",
         flush=True,
     )
-    copy_run = measure_copy("float64")
+    copy_run = measure_copy(args.precision)
     rows: list[BodiesBenchRow] = []
 
     def show(row: BodiesBenchRow) -> None:
@@ -466,16 +496,17 @@ def main(argv: list[str] | None = None) -> int:
 
     peers: list[dict] = []
     for n in args.sizes:
-        show(bench_packing(n, args.steps, args.repeats, copy_run, every=args.diagnostics_every))
+        show(bench_packing(n, args.steps, args.repeats, copy_run, every=args.diagnostics_every,
+                           dtype=args.precision))  # fmt: skip
         if args.peer == "lammps":
             peers += run_peer(n, rows[-1], args.peer_steps, args.peer_ranks, args.peer_dir)
     if args.ensemble:
         show(bench_ensemble(args.ensemble, args.ensemble_bodies, args.steps, args.repeats,
-                            copy_run))  # fmt: skip
+                            copy_run, dtype=args.precision))  # fmt: skip
     print()
     print(format_table(rows))
     ratio = growth_per_decade(rows)
-    moved = bytes_per_body_step(MAX_NEIGHBORS, 6)
+    moved = bytes_per_body_step(MAX_NEIGHBORS, 6, jnp.dtype(args.precision).itemsize)
     print(
         f"ceiling: measured copy bandwidth / {moved} B per body-step (state, pair table and "
         f"springs read and written once, partners gathered once; a lower bound on the traffic)"
@@ -495,6 +526,7 @@ def main(argv: list[str] | None = None) -> int:
             "cpu_count": os.cpu_count(),
             "jax": jax.__version__,
             "growth_per_decade": ratio,
+            "precision": args.precision,
             "rows": [asdict(r) for r in rows],
         }
         with open(args.json, "w") as fh:
