@@ -76,6 +76,12 @@ class Bodies:
     def replace(self, **changes) -> Bodies:
         return dataclasses.replace(self, **changes)
 
+    def astype(self, dtype) -> Bodies:
+        """The same bodies with every float array in ``dtype`` (flags stay bool)."""
+        return jax.tree.map(
+            lambda a: a.astype(dtype) if jnp.issubdtype(a.dtype, jnp.floating) else a, self
+        )
+
 
 def _inverse_or_zero(inverse: Array) -> Array:
     """1/inverse where inverse > 0, else 0 (an infinite mass or moment counts as no body)."""

@@ -203,13 +203,6 @@ def _check(setup, state, label: str) -> float:
     return float(jnp.mean(state.contact_count))
 
 
-def _cast(tree, dtype: str):
-    """The float leaves of a pytree in ``dtype`` (the body state of a float32 run)."""
-    return jax.tree.map(
-        lambda a: a.astype(dtype) if jnp.issubdtype(a.dtype, jnp.floating) else a, tree
-    )
-
-
 def _row(kind, bodies, members, steps, seconds, bandwidths, contacts, compile_s, planes,
          itemsize=8):  # fmt: skip
     per_step = statistics.median(seconds) / steps
@@ -252,7 +245,7 @@ def bench_packing(
     setup, position = build_scene(n, _lattice_counts(n), seed)
     start = time.perf_counter()
     # jitted: op by op, the first neighbour search of 1e5 spheres would take minutes
-    state = jax.jit(lambda b: initial_state(setup, b))(_cast(_spheres(position), dtype))
+    state = jax.jit(lambda b: initial_state(setup, b))(_spheres(position).astype(dtype))
     compiled = (
         jax.jit(make_body_chunk(setup, every or steps), static_argnums=1, donate_argnums=0)
         .lower(state, steps)
@@ -290,7 +283,7 @@ def bench_ensemble(
         _, position = build_scene(bodies, counts, int(rng.integers(1 << 31)))
         positions.append(position + np.array([0.0, 0.0, 2.0 * RADIUS]))  # released above
     batch = jax.tree.map(lambda *a: jnp.stack(a), *[_spheres(p) for p in positions])
-    batch = _cast(batch, dtype)
+    batch = batch.astype(dtype)
     base = setup.params(jnp.dtype(dtype))
     restitution = jnp.asarray(rng.uniform(0.3, 0.9, (members, 1)) * np.ones((1, bodies)), dtype)
     params = jax.tree.map(lambda a: jnp.broadcast_to(a, (members, *a.shape)), base)

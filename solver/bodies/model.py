@@ -22,7 +22,6 @@ import math
 from pathlib import Path
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from kernels import rigid_body
@@ -82,13 +81,8 @@ class BodyModel:
             log.info("%s: split over a %s mesh of subdomains", case.name,
                      "x".join(map(str, mesh)))  # fmt: skip
         else:
-            bodies = case.bodies
-            if config.bodies.precision != "float64":  # the state's type sets the step's
-                dtype = jnp.dtype(config.bodies.precision)
-                bodies = jax.tree.map(
-                    lambda a: a.astype(dtype) if jnp.issubdtype(a.dtype, jnp.floating) else a,
-                    bodies,
-                )
+            # the state's type sets the step's (bodies.precision)
+            bodies = case.bodies.astype(config.bodies.precision)
             self.stepper = SingleStepper(setup, bodies, self.diagnostics_every(config))
         self.layout = HostLayout(runtime, {"mesh": list(mesh) if mesh else None})
         self.identity = {

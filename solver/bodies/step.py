@@ -519,6 +519,12 @@ def _mass_inverse(bodies: Bodies) -> Array:
     return jnp.where(bodies.kinematic, 0.0, bodies.inverse_mass)
 
 
+def _no_overflow() -> Overflow:
+    """The record of a table that was not built (or cannot overflow)."""
+    zero = jnp.zeros((), jnp.int32)
+    return Overflow(jnp.zeros((), bool), zero, zero, zero, zero)
+
+
 def _all_pairs(setup: BodySetup) -> tuple[int, np.ndarray]:
     """The all-pairs table (s, s - 1) int32 (row i: i + 1, ..., s - 1, then -1) and the number
     of its pairs that interact (spheres of different bodies); host-side, static."""
@@ -639,9 +645,7 @@ def contact_forces(
         )
 
     def keep(_) -> tuple[Array, Array, Array, Overflow, ActiveSlots]:
-        zero = jnp.zeros((), jnp.int32)
-        no_overflow = Overflow(jnp.zeros((), bool), zero, zero, zero, zero)
-        return partners, history, plane_history, no_overflow, slots
+        return partners, history, plane_history, _no_overflow(), slots
 
     pair_sizes = bucket_capacities(s * width, buckets)
     plane_sizes = bucket_capacities(s * p, buckets)
@@ -650,9 +654,7 @@ def contact_forces(
         pair_sizes = (max(real_pairs, 1),)  # static: the count never changes
         plane_sizes = (max(s * p, 1),)
     if setup.all_pairs and (reference is None or slots is None):
-        rebuilt = jnp.ones((), bool)
-        zero = jnp.zeros((), jnp.int32)
-        overflow = Overflow(jnp.zeros((), bool), zero, zero, zero, zero)
+        rebuilt, overflow = jnp.ones((), bool), _no_overflow()
         new_partners = jnp.asarray(table)
         history = carry_history(partners, history, new_partners)
         partners = new_partners
@@ -661,9 +663,7 @@ def contact_forces(
         slots = ActiveSlots(pair_slots, pair_count, plane_slots, jnp.asarray(s * p, jnp.int32))
         reference = jnp.copy(xs)
     elif setup.all_pairs:  # the table holds every pair for good: nothing to decide
-        rebuilt = jnp.zeros((), bool)
-        zero = jnp.zeros((), jnp.int32)
-        overflow = Overflow(jnp.zeros((), bool), zero, zero, zero, zero)
+        rebuilt, overflow = jnp.zeros((), bool), _no_overflow()
     elif reference is None or slots is None:
         rebuilt = jnp.ones((), bool)
         partners, history, plane_history, overflow, slots = rebuild(None)
