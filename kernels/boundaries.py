@@ -122,6 +122,48 @@ def momentum_exchange(
     return tuple(force)
 
 
+def momentum_exchange_moment(
+    lattice: Lattice,
+    post_collision: Populations,
+    new: Populations,
+    incoming: Sequence[Array | None],
+    arm: Sequence[Array],
+) -> tuple[Array, ...]:
+    """Moment of the momentum-exchange force about a point x_0, lattice units.
+
+        M = sum over links (x, j into the solid) of (x - x_0) x c_j [f_j*(x) + f_i(x)]
+
+    The force of a link acts along c_j, so any point on the link gives the same moment
+    (c_j x c_j = 0): the fluid node x stands for the wall point x + q c_j.
+
+    Args:
+        post_collision, new, incoming: as in ``momentum_exchange``.
+        arm: d arrays (*grid), the components of x - x_0 at every node.
+    Returns:
+        (M_x, M_y, M_z) in 3D; (M_z,) in 2D.
+    """
+    d = lattice.d
+    # first[a][b] = sum over links of arm_a c_j,b (exchanged momentum): M = eps_kab first[a][b]
+    first = [[0.0] * d for _ in range(d)]
+    for i in range(lattice.q):
+        if incoming[i] is None:
+            continue
+        j = int(lattice.opposite[i])
+        exchanged = jnp.where(incoming[i], post_collision[j] + new[i], 0.0)
+        for a in range(d):
+            weighted = jnp.sum(arm[a] * exchanged)
+            for b in range(d):
+                if lattice.c[j, b] != 0:
+                    first[a][b] = first[a][b] + int(lattice.c[j, b]) * weighted
+    if d == 2:
+        return (first[0][1] - first[1][0],)
+    return (
+        first[1][2] - first[2][1],
+        first[2][0] - first[0][2],
+        first[0][1] - first[1][0],
+    )
+
+
 def nonequilibrium_extrapolation(
     lattice: Lattice,
     neighbour: Populations,

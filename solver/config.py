@@ -61,6 +61,7 @@ from solver.fluid.config import (
     DuctConfig,
     FluidCaseConfig,
     FluidConfig,
+    GeometryConfig,
     PoiseuilleConfig,
     TaylorGreenConfig,
     parse_fluid,
@@ -101,6 +102,7 @@ __all__ = [
     "DuctConfig",
     "EnsembleConfig",
     "FluidConfig",
+    "GeometryConfig",
     "InclineConfig",
     "MaterialConfig",
     "OutputConfig",
@@ -156,9 +158,9 @@ def from_dict(data: dict) -> RunConfig:
             f"a {case.dimension}D lattice for case {name}",
             hint=f"use fluid={'d2q9' if case.dimension == 2 else 'd3q19'}",
         )
-    if name == "taylor_green" and case.variant == "beltrami" and fluid.dimension != 3:
+    if name == "taylor_green" and case.variant != "vortex" and fluid.dimension != 3:
         raise ConfigError(
-            "case.variant", "beltrami", "vortex on a 2D lattice", hint="use fluid=d3q19"
+            "case.variant", case.variant, "vortex on a 2D lattice", hint="use fluid=d3q19"
         )
     bodies = (
         parse_bodies(Section("bodies", data["bodies"]))

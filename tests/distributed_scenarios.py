@@ -7,8 +7,12 @@ Each scenario is a ``FluidSetup`` plus initial fields, built on the host with Nu
   is measured (half-way bounce-back);
 - ``curved``: the same channel with resting walls and a round obstacle with interpolated
   (Bouzidi) bounce-back. Its link fractions are random in [0.25, 0.75]: meaningless physically,
-  but they exercise the same code path as a real curved wall.
-In 3D the z faces are periodic.
+  but they exercise the same code path as a real curved wall;
+- ``open``: the channel with the link-wise inlet on a ramped schedule, the convective outlet
+  (which reads the previous step's face) and a sponge layer (a random added tau per cell).
+In 3D the z faces are periodic. Two more periodic boxes with a body force exercise the robust
+collision operators (``COLLISION_SCENARIOS``, run where their lattice allows): ``kbc`` (D2Q9,
+D3Q27) and ``regularized`` (every lattice, with the Smagorinsky model).
 """
 
 from __future__ import annotations
@@ -16,9 +20,10 @@ from __future__ import annotations
 import numpy as np
 
 from kernels.lattices import LATTICES
-from solver.fluid.setup import BodyForce, FluidSetup, OpenBoundary
+from solver.fluid.setup import BodyForce, FluidSetup, InflowSchedule, OpenBoundary
 
-SCENARIOS = ("periodic", "channel", "curved")
+SCENARIOS = ("periodic", "channel", "curved", "open")
+COLLISION_SCENARIOS = ("kbc", "regularized")
 SHAPES = {2: (16, 12), 3: (8, 8, 4)}
 
 
@@ -35,6 +40,11 @@ def scenario(name: str, lattice_name: str, dtype: str = "float32"):
         force = BodyForce(constant=(1e-5,) + (0.0,) * (d - 1))
         les = dict(les="smagorinsky", les_cs=0.17)
         return FluidSetup(**common, **les, body_force=force), density, velocity
+    if name in COLLISION_SCENARIOS:  # cell-local like any collision, but long expressions
+        force = BodyForce(constant=(1e-5,) + (0.0,) * (d - 1))
+        extra = dict(les="smagorinsky", les_cs=0.17) if name == "regularized" else {}
+        common["collision"] = name
+        return FluidSetup(**common, **extra, body_force=force), density, velocity
 
     index = np.indices(shape)
     solid = (index[1] == 0) | (index[1] == shape[1] - 1)
@@ -60,7 +70,19 @@ def scenario(name: str, lattice_name: str, dtype: str = "float32"):
             OpenBoundary(axis=0, side="high", kind="pressure", density=1.0),
         ),
     )
-    if name == "channel":
+    if name == "open":
+        geometry["open_boundaries"] = (
+            OpenBoundary(
+                axis=0,
+                side="low",
+                kind="velocity_bounce_back",
+                velocity=inlet,
+                schedule=InflowSchedule(ramp_steps=4.0),
+            ),
+            OpenBoundary(axis=0, side="high", kind="convective", density=1.0),
+        )
+        geometry["sponge"] = rng.uniform(0.0, 0.3, shape)
+    elif name == "channel":
         wall_velocity = np.zeros((d, *shape))
         wall_velocity[0][index[1] == shape[1] - 1] = 0.04
         geometry["wall_velocity"] = wall_velocity

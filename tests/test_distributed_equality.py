@@ -1,9 +1,11 @@
 """1 device vs N devices and N processes: the same populations after the same steps.
 
 The scenarios (tests/distributed_scenarios.py) cover periodic edges with a body force and the
-Smagorinsky model, resting and moving walls with an inlet, an outlet and a measured obstacle, and
-curved (Bouzidi) walls, in 2D (D2Q9) and 3D (D3Q19, D3Q27). Fake CPU devices run in one process
-with the xla halo; MPI runs launch real ``mpirun`` jobs with both halo back ends.
+Smagorinsky model, resting and moving walls with an inlet, an outlet and a measured obstacle,
+curved (Bouzidi) walls, the link-wise ramped inlet with a convective outlet and a sponge, in 2D
+(D2Q9) and 3D (D3Q19, D3Q27); the KBC (D2Q9) and recursive regularized (D3Q19, with the
+Smagorinsky model) collisions on a periodic box with a body force. Fake CPU devices run in one
+process with the xla halo; MPI runs launch real ``mpirun`` jobs with both halo back ends.
 
 Bitwise except where a curved wall is involved: XLA:CPU contracts a*b + c into a fused
 multiply-add in its vectorised loop bodies, and a block of another shape puts some cells into a
@@ -65,7 +67,7 @@ def check(results: list[dict], expected: int, bitwise_curved: bool = False) -> N
         assert r["force_rel_diff"] <= FORCE_RTOL, f"{name}: force differs {r['force_rel_diff']}"
 
 
-ALL = ["periodic", "channel", "curved"]
+ALL = ["periodic", "channel", "curved", "open"]
 
 
 def run_fake(args: list[str], extra_flags: str = "") -> subprocess.Popen:
@@ -91,12 +93,12 @@ def finish(proc: subprocess.Popen, timeout: float = 1100) -> str:
         # both axes split with an interior shard along x (4 x 2: shifts between remote
         # neighbours on both sides, corners across shards); one split axis beside an unsplit
         # one in make test-long (make test has it in 3D: D3Q19 2x1x2, D3Q27 2x2x1 over MPI)
-        ("D2Q9", ["4,2"], ALL, 3, ""),
-        pytest.param("D2Q9", ["1,2"], ALL, 3, "", marks=pytest.mark.long),
+        ("D2Q9", ["4,2"], ALL + ["kbc"], 5, ""),
+        pytest.param("D2Q9", ["1,2"], ALL, 4, "", marks=pytest.mark.long),
         # edges cross shards in x-z; 3D periodic edges are split over 4 MPI ranks (D3Q27)
-        ("D3Q19", ["2,1,2"], ["channel", "curved"], 2, FAST_COMPILE),
+        ("D3Q19", ["2,1,2"], ["channel", "curved", "regularized"], 3, FAST_COMPILE),
         # edges and corners cross shards; 3D edges run in make test (D3Q19 here, D3Q27 on MPI)
-        pytest.param("D3Q27", ["2,2,2"], ALL, 3, FAST_COMPILE, marks=pytest.mark.long),
+        pytest.param("D3Q27", ["2,2,2"], ALL, 4, FAST_COMPILE, marks=pytest.mark.long),
     ],
 )
 @pytest.mark.timeout(1200)
@@ -133,7 +135,7 @@ def test_curved_walls_bitwise_without_fma():
         (4, "mpi", "D2Q9", ["2,2"], ["channel"]),
         pytest.param(4, "mpi", "D2Q9", ["2,2"], ["curved"], marks=pytest.mark.long),
         (4, "mpi", "D3Q27", ["2,2,1"], ["periodic"]),  # x-y edges cross shards
-        (4, "xla", "D2Q9", ["2,2"], ["channel"]),
+        (4, "xla", "D2Q9", ["2,2"], ["channel", "open"]),
     ],
 )
 def test_mpi_processes(processes, halo, lattice, meshes, scenarios):

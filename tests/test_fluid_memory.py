@@ -29,6 +29,7 @@ SMALL = {
     "couette": ["case=couette", "case.resolution=64", "fluid.precision=float64"],
     "cavity": ["case=cavity", "case.resolution=128"],
     "duct": ["case=duct", "fluid=d3q19", "case.resolution=12"],
+    "geometry": ["case=geometry", "fluid=d3q19", "case.resolution=8"],
 }
 # One of each kind of step (periodic; half-way walls with a moving lid; curved walls, open
 # boundaries and force measurement), compiled for a chunk of n steps: XLA's own figures. n = 3 has

@@ -27,6 +27,7 @@ class Simulation:
         dx, dt: cell size (m) and time step (s).
         origin: (d,) m; node i along axis a sits at origin[a] + (i + 0.5) dx.
         wall_time_s: seconds the whole call took (compilation and output included).
+        workdir: the run's directory (run.json, forces.csv).
     """
 
     label: str
@@ -38,6 +39,7 @@ class Simulation:
     dt: float
     origin: tuple[float, ...]
     wall_time_s: float
+    workdir: Path | None = None
 
     @property
     def case_config(self) -> dict:
@@ -79,6 +81,12 @@ class Simulation:
             raise ValueError(f"fluid along axis {axis} is not one contiguous span")
         x0 = self.origin[axis]
         return slice(lo, hi + 1), x0 + lo * self.dx, x0 + (hi + 1) * self.dx
+
+    def forces(self) -> dict[str, np.ndarray]:
+        """The run's forces.csv as columns (step, time_s, cd, cl, ...), for cases with an
+        obstacle."""
+        table = np.genfromtxt(self.workdir / "forces.csv", delimiter=",", names=True)
+        return {name: np.asarray(table[name]) for name in table.dtype.names}
 
     def note(self) -> str:
         """One Markdown list line describing the run."""
@@ -124,6 +132,7 @@ def simulate(overrides: list[str], workdir: Path, label: str) -> Simulation:
         dt=float(grid["dt"]),
         origin=tuple(float(o) for o in grid["origin"]),
         wall_time_s=elapsed,
+        workdir=workdir,
     )
 
 

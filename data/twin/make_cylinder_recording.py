@@ -71,7 +71,7 @@ class TruthHook:
                                                             stencils))  # fmt: skip
         self.every = max(1, round(self.twin.every / self.units.dt))
         self.inlet = next(k for k, b in enumerate(self.setup.open_boundaries)
-                          if b.kind == "velocity")  # fmt: skip
+                          if b.is_inlet)  # fmt: skip
 
     def steps_until(self, step):
         return self.every - step % self.every

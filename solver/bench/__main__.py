@@ -1,4 +1,5 @@
-"""`python -m solver.bench [fluid|scaling|bodies|twin|twin_stall|checkpoint|coupled] [options]`.
+"""`python -m solver.bench [NAME] [options]`, NAME one of fluid, scaling, bodies, twin, twin_stall,
+checkpoint, coupled, geometry.
 
 Without a benchmark name the fluid benchmark runs (MLUPS per lattice and precision against the
 measured memory-copy roofline); each name is one module of this package.
@@ -9,7 +10,16 @@ from __future__ import annotations
 import importlib
 import sys
 
-BENCHMARKS = ("fluid", "scaling", "bodies", "twin", "twin_stall", "checkpoint", "coupled")
+BENCHMARKS = (
+    "fluid",
+    "scaling",
+    "bodies",
+    "twin",
+    "twin_stall",
+    "checkpoint",
+    "coupled",
+    "geometry",
+)
 
 
 def main(argv: list[str] | None = None) -> int:

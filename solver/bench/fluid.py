@@ -2,7 +2,8 @@
 
     python -m solver.bench [--lattices D2Q9,D3Q19,D3Q27] [--precisions float32,float64]
                            [--sizes 64,128] [--steps 10] [--case periodic|walls|both]
-                           [--repeats 5] [--json PATH]
+                           [--repeats 5] [--json PATH] [--les none|smagorinsky]
+                           [--collisions bgk,trt,regularized,kbc]
     python -m solver.bench scaling ...   (weak and strong scaling: see solver/bench/scaling.py)
     python -m solver.bench checkpoint ...   (cost of checkpoints: see solver/bench/checkpoint.py)
     python -m solver.bench bodies ...   (rigid-body step throughput: see solver/bench/bodies.py)
@@ -22,6 +23,9 @@ loop does) and reports, per row:
 - the peak memory per cell, from XLA's compiled memory analysis (arguments + outputs + temporaries,
   aliased donated buffers counted once).
 
+Collisions: ``--collisions`` (default bgk) adds one row per operator of ``solver.fluid.collide``
+(kbc only on D2Q9 and D3Q27, and not with ``--les smagorinsky``: such rows are left out).
+
 Cases: "periodic" is a fully periodic box; "walls" is a duct periodic along x with solid layers
 on every other face (half-way bounce-back), which is what a channel or cavity pays for its walls.
 A size n means an n^d box for the 3D lattices; 2D lattices use an edge of n^1.5 (rounded to a
@@ -34,6 +38,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import inspect
+import itertools
 import json
 import os
 import platform
@@ -50,7 +55,7 @@ from jax import lax
 
 from kernels.lattices import LATTICES, lattice_by_name
 from solver.fluid import step as fluid_step
-from solver.fluid.setup import FluidSetup
+from solver.fluid.setup import COLLISIONS, TENSOR_PRODUCT_COLLISIONS, FluidSetup
 
 PRECISIONS = ("float32", "float64")
 CASES = ("periodic", "walls")
@@ -66,6 +71,7 @@ class BenchResult:
     lattice: str
     precision: str
     case: str
+    collision: str
     shape: tuple[int, ...]
     cells: int
     steps: int
@@ -107,10 +113,15 @@ def measure_copy(dtype: str) -> Callable[[], float]:
 
 
 def build_setup(
-    lattice_name: str, precision: str, case: str, edge: int, les: str = "none"
+    lattice_name: str,
+    precision: str,
+    case: str,
+    edge: int,
+    les: str = "none",
+    collision: str = "bgk",
 ) -> FluidSetup:
     """A box of edge^d cells; for "walls" solid layers on every face not normal to x; ``les``
-    "smagorinsky" turns the subgrid model on (C_s = 0.17)."""
+    "smagorinsky" turns the subgrid model on (C_s = 0.17); ``collision`` names the operator."""
     lat = lattice_by_name(lattice_name)
     shape = (edge,) * lat.d
     solid = None
@@ -123,7 +134,7 @@ def build_setup(
             index[axis] = edge - 1
             solid[tuple(index)] = True
     return FluidSetup(lattice=lat, shape=shape, omega=1.0 / TAU, dtype=precision, solid=solid,
-                      les=les, les_cs=0.17)  # fmt: skip
+                      les=les, les_cs=0.17, collision=collision)  # fmt: skip
 
 
 def initial_fields(setup: FluidSetup) -> tuple[np.ndarray, np.ndarray]:
@@ -189,9 +200,10 @@ def bench_one(
     repeats: int,
     copy_run: Callable[[], float],
     les: str = "none",
+    collision: str = "bgk",
 ) -> BenchResult:
     """Time ``repeats`` chunks of ``steps`` steps, each right after one copy-bandwidth run."""
-    setup = build_setup(lattice_name, precision, case, edge, les)
+    setup = build_setup(lattice_name, precision, case, edge, les, collision)
     start = time.perf_counter()
     advance, state, compiled = _compile_chunk(setup, steps)
     state = advance(state)  # first call: warm-up (allocation, page faults)
@@ -216,6 +228,7 @@ def bench_one(
         lattice=setup.lattice.name,
         precision=precision,
         case=case,
+        collision=collision,
         shape=tuple(setup.shape),
         cells=cells,
         steps=steps,
@@ -237,14 +250,15 @@ def _edge_2d(n: int) -> int:
 def format_table(rows: list[BenchResult]) -> str:
     """Fixed-width text table of the results."""
     head = (
-        f"{'lattice':7} {'prec':7} {'case':8} {'shape':>15} {'MLUPS':>8} {'best':>8} "
+        f"{'lattice':7} {'prec':7} {'case':8} {'collision':11} {'shape':>15} {'MLUPS':>8} "
+        f"{'best':>8} "
         f"{'copy GB/s':>9} {'roof MLUPS':>10} {'of roof':>7} {'B/cell':>7}"
     )
     lines = [head, "-" * len(head)]
     for r in rows:
         shape = "x".join(str(s) for s in r.shape)
         lines.append(
-            f"{r.lattice:7} {r.precision:7} {r.case:8} {shape:>15} {r.mlups:8.1f} "
+            f"{r.lattice:7} {r.precision:7} {r.case:8} {r.collision:11} {shape:>15} {r.mlups:8.1f} "
             f"{r.mlups_best:8.1f} {r.bandwidth_gbs:9.1f} {r.roofline_mlups:10.0f} "
             f"{100 * r.fraction:6.1f}% {r.peak_bytes_per_cell:7.0f}"
         )
@@ -287,9 +301,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--json", metavar="PATH", default=None, help="also write results here")
     parser.add_argument("--les", choices=("none", "smagorinsky"), default="none",
                         help="subgrid model of every row (smagorinsky: C_s = 0.17)")  # fmt: skip
+    parser.add_argument("--collisions", default="bgk",
+                        help=f"comma-separated: {','.join(COLLISIONS)} (default bgk)")  # fmt: skip
     args = parser.parse_args(argv)
     args.lattices = _csv(args.lattices)
     args.precisions = _csv(args.precisions)
+    args.collisions = [c.lower() for c in _csv(args.collisions)]
+    for c in args.collisions:
+        if c not in COLLISIONS:
+            parser.error(f"--collisions: unknown {c!r}; allowed: {', '.join(COLLISIONS)}")
     for name in args.lattices:
         if name.upper() not in LATTICES:
             parser.error(f"--lattices: unknown {name!r}; allowed: {', '.join(LATTICES)}")
@@ -301,6 +321,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
+def supports(lattice, collision: str, les: str) -> bool:
+    """Whether the setup accepts the operator here (KBC: tensor-product lattices, no LES)."""
+    if collision in TENSOR_PRODUCT_COLLISIONS and lattice.q != 3**lattice.d:
+        return False
+    return not (collision == "kbc" and les != "none")
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     cases = CASES if args.case == "both" else (args.case,)
@@ -309,7 +336,8 @@ def main(argv: list[str] | None = None) -> int:
         f"device: {devices[0].platform} x{len(devices)} ({platform.processor() or 'cpu'}), "
         f"{os.cpu_count()} cores, jax {jax.__version__}; "
         f"copy kernel: {COPY_BYTES // 2**20} MiB x {COPY_ITERATIONS}; "
-        f"{args.steps} steps per chunk, median of {args.repeats}; LES {args.les}",
+        f"{args.steps} steps per chunk, median of {args.repeats}; LES {args.les}; "
+        f"collisions {', '.join(args.collisions)}",
         flush=True,
     )
     rows: list[BenchResult] = []
@@ -324,21 +352,23 @@ def main(argv: list[str] | None = None) -> int:
             edges = (
                 (args.sizes_2d or [_edge_2d(n) for n in args.sizes]) if lat.d == 2 else args.sizes
             )
-            for case in cases:
-                for edge in edges:
-                    row = bench_one(
-                        lat.name,
-                        precision,
-                        case,
-                        edge,
-                        args.steps,
-                        args.repeats,
-                        copy_run,
-                        args.les,
-                    )
-                    rows.append(row)
-                    lines = format_table([row]).splitlines()
-                    print("\n".join(lines if len(rows) == 1 else lines[-1:]), flush=True)
+            for case, edge, collision in itertools.product(cases, edges, args.collisions):
+                if not supports(lat, collision, args.les):
+                    continue
+                row = bench_one(
+                    lat.name,
+                    precision,
+                    case,
+                    edge,
+                    args.steps,
+                    args.repeats,
+                    copy_run,
+                    args.les,
+                    collision,
+                )
+                rows.append(row)
+                lines = format_table([row]).splitlines()
+                print("\n".join(lines if len(rows) == 1 else lines[-1:]), flush=True)
     jax.config.update("jax_enable_x64", x64_before)
     print()
     print(format_table(rows))

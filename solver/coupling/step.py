@@ -133,6 +133,8 @@ class PsmCoupling:
         ``solver.fluid.step.StepCoupling``); report: (tracked, 9) SI position, velocity and
         hydrodynamic force of the tracked bodies."""
         lat = setup.lattice
+        if setup.sponge is not None:
+            raise ValueError("a sponge layer is not supported with moving bodies")
         operator = OPERATORS[setup.collision]
         params = CollisionParams.from_setup(setup)
         dtype = params.dtype

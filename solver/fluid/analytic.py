@@ -78,6 +78,55 @@ def taylor_green_2d(
     return ux, uy, p
 
 
+def taylor_green_brachet(
+    x: ArrayLike,
+    y: ArrayLike,
+    z: ArrayLike,
+    u0: float,
+    length: float,
+    rho0: float = 1.0,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Initial field of the classic 3D Taylor-Green vortex (Brachet et al. 1983, J. Fluid Mech.
+    130, 411), the turbulence benchmark (no closed form for t > 0). With k = 2 pi / length:
+
+        ux =  u0 sin(k x) cos(k y) cos(k z)
+        uy = -u0 cos(k x) sin(k y) cos(k z)
+        uz =  0
+        p  =  rho0 u0^2 / 16 (cos(2 k x) + cos(2 k y)) (cos(2 k z) + 2)
+
+    Mean kinetic energy u0^2 / 8; initial dissipation rate nu <|grad u|^2> = 3 nu k^2 u0^2 / 4.
+
+    Returns:
+        (ux, uy, uz, p) of the broadcast shape of (x, y, z).
+    """
+    k = 2.0 * np.pi / length
+    x, y, z = (np.asarray(a, float) for a in (x, y, z))
+    ux = u0 * np.sin(k * x) * np.cos(k * y) * np.cos(k * z)
+    uy = -u0 * np.cos(k * x) * np.sin(k * y) * np.cos(k * z)
+    shape = np.broadcast_shapes(ux.shape, uy.shape)
+    p = rho0 * u0 * u0 / 16.0 * (np.cos(2 * k * x) + np.cos(2 * k * y)) * (np.cos(2 * k * z) + 2)
+    return (np.broadcast_to(ux, shape).copy(), np.broadcast_to(uy, shape).copy(),
+            np.zeros(shape), np.broadcast_to(p, shape).copy())  # fmt: skip
+
+
+def taylor_green_brachet_gradient(
+    x: ArrayLike, y: ArrayLike, z: ArrayLike, u0: float, length: float
+) -> np.ndarray:
+    """Velocity gradient (3, 3, *shape), [a, b] = d u_b / d x_a, of ``taylor_green_brachet``."""
+    k = 2.0 * np.pi / length
+    sx, sy, sz = (np.sin(k * np.asarray(a, float)) for a in (x, y, z))
+    cx, cy, cz = (np.cos(k * np.asarray(a, float)) for a in (x, y, z))
+    g = u0 * k
+    zero = 0.0 * (sx * sy * sz)
+    rows = [
+        [g * cx * cy * cz, g * sx * sy * cz, zero],  # d/dx of (u, v, w)
+        [-g * sx * sy * cz, -g * cx * cy * cz, zero],  # d/dy
+        [-g * sx * cy * sz, g * cx * sy * sz, zero],  # d/dz
+    ]
+    shape = np.broadcast_shapes(*(np.shape(r) for row in rows for r in row))
+    return np.stack([np.stack([np.broadcast_to(r, shape) for r in row]) for row in rows])
+
+
 def taylor_green_3d(
     x: ArrayLike,
     y: ArrayLike,

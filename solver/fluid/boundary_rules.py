@@ -26,6 +26,7 @@ velocity) -> face populations`` and one entry in ``OPEN_BOUNDARIES``.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
@@ -35,12 +36,12 @@ import jax.numpy as jnp
 import numpy as np
 from jax import Array, lax
 
-from kernels import boundaries
+from kernels import boundaries, open_boundaries
 from kernels.equilibrium import Populations
-from kernels.lattices import Lattice
+from kernels.lattices import CS2, Lattice
 from solver.distributed.halo import Halo
 from solver.fluid.padded import Region, upstream
-from solver.fluid.setup import FluidSetup, OpenBoundary
+from solver.fluid.setup import FluidSetup, InflowSchedule, OpenBoundary
 
 
 @dataclass(frozen=True, eq=False)
@@ -54,6 +55,9 @@ class Pull:
             (q, *shape + 2), ...), plus ``solid_interior`` (*shape) and ``open_velocity``.
         wall_links: per direction, whether some fluid node pulls it out of a solid node.
         region: (start, size) per axis in interior coordinates; None is the whole interior.
+        time: int32 scalar, the step whose pre-collision populations are being made.
+        previous: q arrays (*shape), the pre-collision populations of the step before (the
+            scratch buffers before this step overwrites them; convective outlets), or ().
     """
 
     lattice: Lattice
@@ -61,6 +65,8 @@ class Pull:
     geometry: Mapping[str, Any]
     wall_links: tuple[bool, ...]
     region: Region | None = None
+    time: Array | int = 0
+    previous: Sequence[Array] = ()
 
     def shifted(self, padded: Array, offset: Sequence[int]) -> Array:
         """a(x - offset) over the region, for a padded (*shape + 2) array (a static slice)."""
@@ -156,65 +162,177 @@ def rest_in_solids(f: Populations, pull: Pull) -> list[Array]:
 # ---------------------------------------------------------------- open boundaries (face rules)
 
 
-def velocity_inlet(
-    lattice: Lattice, neighbour: Populations, ob: OpenBoundary, velocity: Array
-) -> tuple[Array, ...]:
-    """Prescribed velocity (d, *face), density extrapolated from the neighbour plane."""
-    vel = [jnp.expand_dims(velocity[a], ob.axis) for a in range(lattice.d)]
-    return boundaries.nonequilibrium_extrapolation(lattice, neighbour, velocity=vel)
+@dataclass(frozen=True, eq=False)
+class Face:
+    """What a face rule sees of one open face: q arrays of extent 1 along ``ob.axis``.
+
+    Attributes:
+        ob: the open boundary.
+        pull: the step's pull (its ``time`` and ``previous`` included).
+        current: q arrays, the face's populations as streaming and the walls left them.
+        walls: the wall rules (re-run on the plane inside for ``neighbour``).
+        face, inner: the face's index along the axis and that of the plane one cell inside.
+        velocity: d arrays, the prescribed velocity at this step (inlets), else None.
+        box_length: nodes of the whole box along the normal.
+    """
+
+    ob: OpenBoundary
+    pull: Pull
+    current: list[Array]
+    walls: Sequence[BoundaryRule]
+    face: int
+    inner: int
+    velocity: list[Array] | None
+    box_length: int
+
+    def _plane(self, index: int) -> Region:
+        plane = [(0, size) for size in self.current[0].shape]
+        plane[self.ob.axis] = (index, 1)
+        return plane
+
+    @cached_property
+    def neighbour(self) -> Sequence[Array]:
+        """f_i(x_inner, t): the plane one cell inside, streamed and walled (plane-sized work)."""
+        return stream(self.pull.at(self._plane(self.inner)), self.walls)
+
+    @cached_property
+    def here_face(self) -> list[Array]:
+        """f_i*(x_face, t-1): the face's post-collision populations."""
+        return self.pull.at(self._plane(self.face)).here
+
+    @cached_property
+    def here_inner(self) -> list[Array]:
+        """f_i*(x_inner, t-1): the post-collision populations one cell inside."""
+        return self.pull.at(self._plane(self.inner)).here
+
+    @cached_property
+    def previous_face(self) -> list[Array]:
+        """f_i(x_face, t-1): the face's pre-collision populations of the previous step."""
+        return [lax.slice_in_dim(p, self.face, self.face + 1, axis=self.ob.axis)
+                for p in self.pull.previous]  # fmt: skip
+
+    def incoming(self) -> list[int]:
+        """Directions that enter the box through the face (streamed from outside it)."""
+        sign = 1 if self.ob.side == "low" else -1
+        normal = self.pull.lattice.c[:, self.ob.axis]
+        return [i for i in range(self.pull.lattice.q) if sign * normal[i] > 0]
 
 
-def pressure_outlet(
-    lattice: Lattice, neighbour: Populations, ob: OpenBoundary, velocity: Array | None
-) -> tuple[Array, ...]:
-    """Prescribed density ``ob.density``, velocity extrapolated from the neighbour plane."""
-    return boundaries.nonequilibrium_extrapolation(lattice, neighbour, density=ob.density)
+def velocity_inlet(lattice: Lattice, face: Face) -> tuple[Array, ...]:
+    """Prescribed velocity on the face node, density extrapolated from the plane inside."""
+    return boundaries.nonequilibrium_extrapolation(lattice, face.neighbour, velocity=face.velocity)
 
 
-# OpenBoundary.kind -> populations on the face from those one plane inside
-OPEN_BOUNDARIES: dict[str, Callable[..., tuple[Array, ...]]] = {
+def pressure_outlet(lattice: Lattice, face: Face) -> tuple[Array, ...]:
+    """Prescribed density ``ob.density`` on the face node, velocity extrapolated."""
+    return boundaries.nonequilibrium_extrapolation(lattice, face.neighbour, density=face.ob.density)
+
+
+def velocity_bounce_back(lattice: Lattice, face: Face) -> list[Array]:
+    """Link-wise inlet: the velocity sits half a cell outside the face node; the incoming
+    populations bounce back with Ladd's term and the face node's own density."""
+    rho = sum(face.here_face)
+    return open_boundaries.velocity_bounce_back(
+        lattice, face.current, face.here_face, face.incoming(), rho, face.velocity
+    )
+
+
+def pressure_anti_bounce_back(lattice: Lattice, face: Face) -> list[Array]:
+    """Link-wise outlet: the density ``ob.density`` half a cell outside the face node, the
+    velocity there extrapolated from the face and the plane inside (at t-1)."""
+    return open_boundaries.pressure_anti_bounce_back(
+        lattice, face.current, face.here_face, face.here_inner, face.incoming(), face.ob.density
+    )
+
+
+# the sigma of Poinsot & Lele's pressure relaxation K = sigma c_s / L (Rudy & Strikwerda 1980
+# found 0.58 the best compromise between reflection and drift)
+OUTLET_SIGMA = 0.58
+
+
+def convective_outlet(lattice: Lattice, face: Face) -> list[Array]:
+    """Convective outflow: the incoming populations advected out with the normal velocity of
+    the plane inside (clipped to [0, 1]), the face density relaxed to ``ob.density`` at
+    K = sigma c_s / L per step (L the box's length along the normal)."""
+    sign = 1.0 if face.ob.side == "high" else -1.0
+    relaxation = OUTLET_SIGMA * math.sqrt(CS2) / face.box_length
+    return open_boundaries.convective_outflow(
+        lattice,
+        face.current,
+        face.previous_face,
+        face.neighbour,
+        face.incoming(),
+        face.ob.axis,
+        sign,
+        face.ob.density,
+        relaxation,
+    )
+
+
+# OpenBoundary.kind -> the face's populations (q arrays of extent 1 along the axis)
+OPEN_BOUNDARIES: dict[str, Callable[[Lattice, Face], Sequence[Array]]] = {
     "velocity": velocity_inlet,
     "pressure": pressure_outlet,
+    "velocity_bounce_back": velocity_bounce_back,
+    "pressure_anti_bounce_back": pressure_anti_bounce_back,
+    "convective": convective_outlet,
 }
 
 
-def open_boundary(
-    ob: OpenBoundary, index: int, walls: Sequence[BoundaryRule], halo: Halo, has_solid: bool
-) -> BoundaryRule:
-    """The face rule for ``setup.open_boundaries[index]``: overwrite every population on the
-    face by regularized non-equilibrium extrapolation (fluid nodes only).
+def schedule_factor(schedule: InflowSchedule, time: Array, dtype) -> Array | float:
+    """The inlet velocity's factor s(t) at step ``time`` (InflowSchedule)."""
+    if schedule.steady:
+        return 1.0
+    t = time.astype(dtype)
+    factor = jnp.ones((), dtype)
+    if schedule.ramp_steps > 0.0:
+        phase = jnp.minimum(t / schedule.ramp_steps, 1.0)
+        factor = 0.5 * (1.0 - jnp.cos(jnp.pi * phase))
+    if schedule.period_steps > 0.0:
+        factor = factor * jnp.sin((2.0 * jnp.pi / schedule.period_steps) * t)
+    return factor
 
-    ``f`` must be materialised arrays: the plane one cell inside is recomputed from the
-    buffers over that plane alone (streaming and ``walls``) and the face is written with an
-    in-place update, so the extrapolation costs face-sized work (a select against a face mask
-    instead made XLA evaluate it in every cell).
+
+def open_boundary(
+    ob: OpenBoundary,
+    index: int,
+    walls: Sequence[BoundaryRule],
+    halo: Halo,
+    has_solid: bool,
+    box_length: int,
+) -> BoundaryRule:
+    """The face rule for ``setup.open_boundaries[index]``: overwrite the face's populations by
+    the kind's rule (OPEN_BOUNDARIES), on fluid nodes only.
+
+    ``f`` must be materialised arrays: the face is written with an in-place update, so the rule
+    costs face-sized work (a select against a face mask instead made XLA evaluate it in every
+    cell).
     """
     face_values = OPEN_BOUNDARIES[ob.kind]
 
     def apply(f: Populations, pull: Pull) -> list[Array]:
         lat, d = pull.lattice, pull.lattice.d
-        velocity = pull.geometry["open_velocity"][index]
-        local_shape = f[0].shape
-        n = local_shape[ob.axis]
-        face, inner = (0, 1) if ob.side == "low" else (n - 1, n - 2)
-        plane = [(0, size) for size in local_shape]
-        plane[ob.axis] = (inner, 1)
-        neighbour = stream(pull.at(plane), walls)
-        values = face_values(lat, neighbour, ob, velocity)
+        n = f[0].shape[ob.axis]
+        face_index, inner = (0, 1) if ob.side == "low" else (n - 1, n - 2)
+        velocity = None
+        if ob.is_inlet:
+            prescribed = pull.geometry["open_velocity"][index]
+            factor = schedule_factor(ob.schedule, pull.time, prescribed.dtype)
+            velocity = [jnp.expand_dims(prescribed[a], ob.axis) * factor for a in range(d)]
+        current = [lax.slice_in_dim(p, face_index, face_index + 1, axis=ob.axis) for p in f]
+        face = Face(ob, pull, current, walls, face_index, inner, velocity, box_length)
+        values = face_values(lat, face)
         start = [0] * d
-        start[ob.axis] = face
+        start[ob.axis] = face_index
         # solid face nodes, and every node of a shard away from the global face, keep their
         # own values
         edge = halo.at_edge(ob.axis, ob.side)
         keep = None if edge is True else ~jnp.asarray(edge)
         if has_solid:
-            solid_face = lax.index_in_dim(pull.geometry["solid_interior"], face, ob.axis)
+            solid_face = lax.index_in_dim(pull.geometry["solid_interior"], face_index, ob.axis)
             keep = solid_face if keep is None else keep | solid_face
         if keep is not None:
-            values = [
-                jnp.where(keep, lax.index_in_dim(p, face, ob.axis), v)
-                for v, p in zip(values, f, strict=True)
-            ]
+            values = [jnp.where(keep, c, v) for v, c in zip(values, current, strict=True)]
         return [
             lax.dynamic_update_slice(p, v.astype(p.dtype), start)
             for p, v in zip(f, values, strict=True)
@@ -226,10 +344,19 @@ def open_boundary(
 # ---------------------------------------------------------------- force on the obstacle
 
 
-def obstacle_force(obstacle_links: Sequence[bool]) -> ForceRule:
+def obstacle_force(
+    obstacle_links: Sequence[bool],
+    center: Sequence[float] | None = None,
+    halo: Halo | None = None,
+) -> ForceRule:
     """Momentum exchange (Ladd 1994) on the links from fluid nodes into ``obstacle``:
     F = sum over links of c_j [f_j*(x) + f_i(x)], d scalars in lattice units (this block's
-    share; the chunk sums over shards)."""
+    share; the chunk sums over shards).
+
+    With ``center`` (index coordinates) the moment about it follows the force,
+    M = sum over links of (x - center) x c_j [...] (3 values in 3D, 1 in 2D); ``halo`` gives
+    the block's place in the global grid (its ``origin``).
+    """
 
     def measure(f: Populations, pull: Pull) -> Array:
         lat = pull.lattice
@@ -239,8 +366,17 @@ def obstacle_force(obstacle_links: Sequence[bool]) -> ForceRule:
             else None
             for i in range(lat.q)
         ]
-        force = jnp.stack(boundaries.momentum_exchange(lat, pull.here, f, at_obstacle))
-        return force.astype(f[0].dtype)
+        dtype = f[0].dtype
+        force = list(boundaries.momentum_exchange(lat, pull.here, f, at_obstacle))
+        if center is not None:
+            shape = f[0].shape
+            origin = halo.origin(shape)
+            arm = [
+                lax.broadcasted_iota(dtype, shape, a) + (origin[a] - center[a])
+                for a in range(lat.d)
+            ]
+            force += boundaries.momentum_exchange_moment(lat, pull.here, f, at_obstacle, arm)
+        return jnp.stack([jnp.asarray(v, dtype) for v in force])
 
     return measure
 
@@ -307,12 +443,13 @@ def plan_boundaries(setup: FluidSetup, halo: Halo) -> BoundaryPlan:
             walls = (bounce_back,)
     force = None
     if any(obstacle_links):
-        force = obstacle_force(obstacle_links)
+        force = obstacle_force(obstacle_links, setup.moment_center, halo)
         padded.append(("obstacle", 0))
     if moving and not curved:
         padded.append(("wall_velocity", 1))
     faces = tuple(
-        open_boundary(ob, k, walls, halo, has_solid) for k, ob in enumerate(setup.open_boundaries)
+        open_boundary(ob, k, walls, halo, has_solid, setup.shape[ob.axis])
+        for k, ob in enumerate(setup.open_boundaries)
     )
     # With curved walls, open faces or a force the streamed populations are long expressions
     # that every consumer (moments, q outputs, force sums) would recompute; they are written

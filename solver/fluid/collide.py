@@ -16,13 +16,16 @@ registered in ``OPERATORS`` under the name ``FluidSetup.collision`` takes. The s
 (``make_collide``). Each operator adds the forcing its relaxation rates call for (Guo's source,
 kernels/collision.py), because those rates are its own (two for TRT, a local one for LES).
 
-Adding an operator (LES, KBC, regularised, ...) is one function here and one entry in
-``OPERATORS`` (plus the name in ``solver.fluid.setup.COLLISIONS``); any static parameter it
-needs goes into ``CollisionParams``.
+Operators: ``bgk``, ``trt`` (kernels/collision.py), ``regularized`` (recursive regularized BGK,
+kernels/collision_regularized.py) and ``kbc`` (entropic multi-relaxation, D2Q9 and D3Q27,
+kernels/collision_kbc.py); BGK, TRT and regularized take the Smagorinsky rate (``even_rate``).
+Adding an operator is one function here and one entry in ``OPERATORS`` (plus the name in
+``solver.fluid.setup.COLLISIONS``); any static parameter it needs goes into ``CollisionParams``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -30,7 +33,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import Array, lax
 
-from kernels import collision
+from kernels import collision, collision_kbc, collision_regularized
 from kernels.equilibrium import Populations, equilibrium
 from kernels.lattices import Lattice
 from solver.fluid.setup import FluidSetup
@@ -44,7 +47,8 @@ class CollisionParams:
 
     Attributes:
         lattice: the velocity set.
-        omega: relaxation rate 1/tau of the viscous (even) moments.
+        omega: relaxation rate 1/tau of the viscous (even) moments (inside a step: a (*shape)
+            array where a sponge layer raises tau).
         trt_magic: TRT magic parameter Lambda, fixing the odd rate (TRT only).
         dtype: storage dtype of the populations.
         smagorinsky: the Smagorinsky constant C_s, or 0 without a subgrid model.
@@ -164,21 +168,59 @@ def trt(
     return with_guo_source(lat, post, u, force, omega, omega_minus)
 
 
-OPERATORS: dict[str, Operator] = {"bgk": bgk, "trt": trt}
+def regularized(
+    f: Populations, rho: Array, u: Sequence[Array], force: Force, params: CollisionParams
+) -> tuple[Array, ...]:
+    """Recursive regularized BGK (Malaspinas 2015; Coreixas et al. 2017,
+    kernels/collision_regularized.py): f_i* = f_i^eq + (1 - omega) f_i^neq,reg + S_i, with the
+    local Smagorinsky rate when params.smagorinsky > 0. The first-order part of f^neq is the
+    half-force shift of u, a^(1) = -F/2, relaxed at omega like the rest (Guo's source with one
+    rate, as for BGK)."""
+    lat = params.lattice
+    feq = equilibrium(lat, rho, u)
+    omega = even_rate(f, feq, rho, u, force, params)
+    first = None if force is None else [-0.5 * c for c in force]
+    post = collision_regularized.regularized(lat, f, feq, rho, u, omega, first)
+    return with_guo_source(lat, post, u, force, omega, omega)
 
 
-def make_collide(setup: FluidSetup) -> Callable[[Sequence[Array], Array], tuple[Array, ...]]:
-    """The setup's collision as collide(f, time) -> f_post: q arrays (*shape) in and out, the
-    output in the storage dtype; ``time`` (int32 scalar) sets a time-dependent body force."""
+def kbc(
+    f: Populations, rho: Array, u: Sequence[Array], force: Force, params: CollisionParams
+) -> tuple[Array, ...]:
+    """KBC entropic multi-relaxation (Karlin, Bosch & Chikatamarla 2014; Bosch et al. 2015,
+    kernels/collision_kbc.py), D2Q9 and D3Q27: the shear part relaxed at omega, the higher-order
+    part at beta gamma with the entropic stabiliser gamma. Guo's source with omega for both
+    parities (the force's first-moment mismatch relaxes at omega, as in BGK). No subgrid model:
+    the stabiliser is KBC's own (the setup rejects fluid.les with kbc)."""
+    lat = params.lattice
+    if params.smagorinsky > 0.0:
+        raise ValueError("kbc takes no subgrid model (its entropic stabiliser replaces it)")
+    feq = equilibrium(lat, rho, u)
+    first = None if force is None else [-0.5 * c for c in force]
+    post = collision_kbc.kbc(lat, f, feq, rho, u, params.omega, first)
+    return with_guo_source(lat, post, u, force, params.omega, params.omega)
+
+
+OPERATORS: dict[str, Operator] = {"bgk": bgk, "trt": trt, "regularized": regularized, "kbc": kbc}
+
+
+def make_collide(setup: FluidSetup) -> Callable[..., tuple[Array, ...]]:
+    """The setup's collision as collide(f, time, sponge=None) -> f_post: q arrays (*shape) in
+    and out, the output in the storage dtype; ``time`` (int32 scalar) sets a time-dependent
+    body force; ``sponge`` ((*shape) or None, the geometry's absorbing layer) adds its
+    relaxation time to tau there."""
     if setup.collision not in OPERATORS:
         raise ValueError(f"collision {setup.collision!r} not in {sorted(OPERATORS)}")
     operator = OPERATORS[setup.collision]
     params = CollisionParams.from_setup(setup)
 
-    def collide(f: Sequence[Array], time: Array) -> tuple[Array, ...]:
+    def collide(f: Sequence[Array], time: Array, sponge: Array | None = None) -> tuple[Array, ...]:
         force = body_force_at(setup, time)
         rho, u = moments(params.lattice, f, force, params.dtype)
-        post = operator(f, rho, u, force, params)
+        local = params
+        if sponge is not None:
+            local = dataclasses.replace(params, omega=1.0 / (1.0 / params.omega + sponge))
+        post = operator(f, rho, u, force, local)
         return tuple(p.astype(params.dtype) for p in post)
 
     return collide

@@ -9,22 +9,38 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 from kernels.lattices import LATTICES
+from solver.errors import ConfigError
+from solver.fluid.geometry.mesh import UNITS as MESH_UNITS
 from solver.sections import Section
 
 PRECISIONS = ("float32", "float64")
-COLLISIONS = ("bgk", "trt")
+COLLISIONS = ("bgk", "trt", "regularized", "kbc")
+# KBC needs a tensor-product velocity set (kernels/collision_kbc.py)
+KBC_LATTICES = ("D2Q9", "D3Q27")
 LES_MODELS = ("none", "smagorinsky")
 INFLOWS = ("parabolic", "uniform")
-TG_VARIANTS = ("vortex", "beltrami")
+# case.inlet / case.outlet -> OpenBoundary.kind
+INLETS = {"extrapolation": "velocity", "bounce_back": "velocity_bounce_back"}
+OUTLETS = {
+    "pressure": "pressure",
+    "anti_bounce_back": "pressure_anti_bounce_back",
+    "convective": "convective",
+}
+TG_VARIANTS = ("vortex", "beltrami", "brachet")
+# case=geometry: the built-in exact sphere (case.mesh), the mesh files' units, the tunnel's sides
+ANALYTIC_SPHERE = "sphere"
+TUNNEL_WALLS = ("periodic", "no_slip")
+REPOSITORY = Path(__file__).resolve().parents[2]
 MAX_MACH = 0.3
 
 
 @dataclass(frozen=True)
 class FluidConfig:
     lattice: str  # canonical name, e.g. "D2Q9"
-    collision: str  # "bgk" | "trt"
+    collision: str  # one of COLLISIONS
     trt_magic: float
     precision: str  # "float32" | "float64"
     u_lattice: float  # lattice velocity of the case's characteristic velocity
@@ -50,6 +66,12 @@ class CylinderConfig:
     duration: float  # s
     perturbation: float  # fraction of u_max
     stats_fraction: float
+    inlet: str = "extrapolation"  # one of INLETS
+    outlet: str = "pressure"  # one of OUTLETS
+    ramp_time: float = 0.0  # s, smooth start of the inflow (0: impulsive)
+    inflow_period: float = 0.0  # s, U(t) = U sin(2 pi t / period) (0: steady)
+    sponge_length: float = 0.0  # m, absorbing layer before the outlet (0: none)
+    sponge_factor: float = 1.0  # viscosity at the outlet over the fluid's, in the layer
     name: str = "cylinder"
     dimension: int = 2
 
@@ -125,6 +147,35 @@ class DuctConfig:
     dimension: int = 3
 
 
+@dataclass(frozen=True)
+class GeometryConfig:
+    """A wind tunnel around a body from a triangle mesh or the analytic sphere
+    (solver/fluid/cases/geometry.py, docs/geometry.md)."""
+
+    mesh: str  # absolute path of an STL/OBJ/PLY file, or ANALYTIC_SPHERE
+    units: str  # the mesh file's length unit, one of MESH_UNITS
+    scale: float
+    rotation: tuple[float, float, float]  # degrees about x, y, z (fixed axes, in that order)
+    translation: tuple[float, float, float]  # m, where the mesh's origin lands in the tunnel
+    sphere_diameter: float  # m, the analytic sphere's diameter (mesh = sphere)
+    length: float  # m, tunnel x
+    width: float  # m, tunnel y
+    height: float  # m, tunnel z
+    walls: str  # one of TUNNEL_WALLS
+    outlet: str  # one of OUTLETS
+    velocity: float  # m/s, uniform inflow
+    ramp_time: float  # s, smooth start of the inflow from rest (0: impulsive, from U everywhere)
+    viscosity: float  # m^2/s
+    density: float  # kg/m^3
+    resolution: int  # cells per reference length
+    reference_length: float  # m
+    reference_area: float | None  # m^2; None: the voxelised body's frontal area
+    duration: float  # s
+    stats_fraction: float
+    name: str = "geometry"
+    dimension: int = 3
+
+
 FluidCaseConfig = (
     CylinderConfig
     | TaylorGreenConfig
@@ -132,18 +183,35 @@ FluidCaseConfig = (
     | CouetteConfig
     | CavityConfig
     | DuctConfig
+    | GeometryConfig
 )
 
 
 def parse_fluid(s: Section) -> FluidConfig:
     """The typed ``fluid`` section."""
     lattice = s.choice("lattice", tuple(LATTICES), case_sensitive=False)
+    collision = s.choice("collision", COLLISIONS, case_sensitive=False)
+    if collision == "kbc" and lattice not in KBC_LATTICES:
+        others = " | ".join(c for c in COLLISIONS if c != "kbc")
+        raise ConfigError(
+            s.key("collision"),
+            collision,
+            f"{others} on {lattice} (kbc needs fluid.lattice {' or '.join(KBC_LATTICES)})",
+        )
+    les = s.choice("les", LES_MODELS, case_sensitive=False)
+    if collision == "kbc" and les != "none":
+        raise ConfigError(
+            s.key("les"),
+            les,
+            "none with fluid.collision=kbc (its entropic stabiliser takes the place of a "
+            "subgrid model; fluid.les works with bgk, trt and regularized)",
+        )
     return FluidConfig(
         lattice=lattice,
-        collision=s.choice("collision", COLLISIONS, case_sensitive=False),
+        collision=collision,
         trt_magic=s.number("trt_magic", low=0.0),
         precision=s.choice("precision", PRECISIONS),
-        les=s.choice("les", LES_MODELS, case_sensitive=False),
+        les=les,
         les_cs=s.number("les_cs", low=0.0, high=1.0),
         # the Mach limit (u_lattice / c_s <= 0.3) is checked where the case knows its peak velocity
         u_lattice=s.number("u_lattice", low=0.0, high=1.0),
@@ -164,6 +232,12 @@ def _cylinder(s: Section) -> CylinderConfig:
         duration=s.positive("duration"),
         perturbation=s.number("perturbation", low=0.0, high=0.5, low_open=False),
         stats_fraction=s.number("stats_fraction", low=0.0, high=1.0),
+        inlet=s.choice("inlet", tuple(INLETS)),
+        outlet=s.choice("outlet", tuple(OUTLETS)),
+        ramp_time=s.number("ramp_time", low=0.0, low_open=False),
+        inflow_period=s.number("inflow_period", low=0.0, low_open=False),
+        sponge_length=s.number("sponge_length", low=0.0, low_open=False),
+        sponge_factor=s.number("sponge_factor", low=1.0, high=1000.0, low_open=False),
     )
 
 
@@ -229,6 +303,64 @@ def _duct(s: Section) -> DuctConfig:
     )
 
 
+def _geometry(s: Section) -> GeometryConfig:
+    mesh = s.raw("mesh")
+    if not isinstance(mesh, str) or not mesh.strip():
+        raise ConfigError(
+            s.key("mesh"), mesh, f"a path to an STL, OBJ or PLY file, or {ANALYTIC_SPHERE}"
+        )
+    rotation = s.raw("rotation")
+    if (
+        not isinstance(rotation, (list, tuple))
+        or len(rotation) != 3
+        or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in rotation)
+    ):
+        raise ConfigError(s.key("rotation"), rotation, "a list of 3 angles (degrees)")
+    return GeometryConfig(
+        mesh=mesh if mesh == ANALYTIC_SPHERE else _mesh_path(mesh),
+        units=s.choice("units", tuple(MESH_UNITS)),
+        scale=s.positive("scale"),
+        rotation=tuple(float(v) for v in rotation),
+        translation=s.point("translation", 3),
+        sphere_diameter=s.positive("sphere_diameter"),
+        length=s.positive("length"),
+        width=s.positive("width"),
+        height=s.positive("height"),
+        walls=s.choice("walls", TUNNEL_WALLS),
+        outlet=s.choice("outlet", tuple(OUTLETS)),
+        velocity=s.positive("velocity"),
+        ramp_time=s.number("ramp_time", low=0.0, low_open=False),
+        viscosity=s.positive("viscosity"),
+        density=s.positive("density"),
+        resolution=s.integer("resolution", low=4),
+        reference_length=s.positive("reference_length"),
+        reference_area=s.number("reference_area", low=0.0, allow_none=True),
+        duration=s.positive("duration"),
+        stats_fraction=s.number("stats_fraction", low=0.0, high=1.0),
+    )
+
+
+def _mesh_path(path: str) -> str:
+    """An absolute path: a relative one is taken from the directory the app was started in
+    (Hydra's original working directory), or else from the repository root, where the sample
+    meshes of data/meshes/ live (so the shipped configs work from any directory)."""
+    p = Path(path).expanduser()
+    if p.is_absolute():
+        return str(p)
+    base = Path.cwd()
+    try:
+        from hydra.core.hydra_config import HydraConfig
+        from hydra.utils import get_original_cwd
+
+        if HydraConfig.initialized():
+            base = Path(get_original_cwd())
+    except ImportError:  # plain-data use without Hydra installed
+        pass
+    if not (base / p).exists() and (REPOSITORY / p).exists():
+        return str(REPOSITORY / p)
+    return str(base / p)
+
+
 # case.name -> the parser of the ``case`` section of that fluid case
 FLUID_CASES: dict[str, Callable[[Section], FluidCaseConfig]] = {
     "cylinder": _cylinder,
@@ -237,4 +369,5 @@ FLUID_CASES: dict[str, Callable[[Section], FluidCaseConfig]] = {
     "couette": _couette,
     "cavity": _cavity,
     "duct": _duct,
+    "geometry": _geometry,
 }

@@ -71,6 +71,8 @@ FOOTPRINTS: dict[str, Footprint] = {
     "couette": Footprint(wall_velocity=True),
     "cavity": Footprint(wall_velocity=True),
     "duct": Footprint(),
+    # the voxeliser's winding-number sums (float64 counts, int16 sums) and the body's mask
+    "geometry": Footprint(curved=True, scratch=lambda d: 2.0),
     "settling_sphere": Footprint(coupled=True),
     "wet_bounce": Footprint(coupled=True),
     "sphere_array": Footprint(solid=False, coupled=True),

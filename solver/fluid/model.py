@@ -44,6 +44,20 @@ def _health(populations, solid):
     return jnp.any(bad), where, rho.ravel()[where]
 
 
+def _robust(case: Case) -> list[str]:
+    """The collision and subgrid options that a run near tau = 1/2 could switch to."""
+    setup = case.setup
+    options = ["use fluid.collision=trt"] if setup.collision == "bgk" else []
+    # KBC needs a tensor-product lattice (D2Q9, D3Q27); the regularized operator runs on all
+    robust = ["kbc"] if setup.lattice.q == 3**setup.lattice.d else []
+    robust = [c for c in robust + ["regularized"] if c != setup.collision]
+    if robust:
+        options.append(f"fluid.collision={' or '.join(robust)}")
+    if setup.les == "none" and setup.collision != "kbc":
+        options.append("fluid.les=smagorinsky for an under-resolved flow")
+    return options
+
+
 def likely_cause(case: Case) -> str:
     """The numbers that usually explain a divergence, with what to change."""
     nu = case.setup.viscosity
@@ -53,13 +67,7 @@ def likely_cause(case: Case) -> str:
     if case.tau < 0.55:
         causes.append(
             f"tau = {case.tau:.5f} is close to 0.5 (raise the viscosity (lower Re), "
-            "case.resolution or fluid.u_lattice"
-            + (", or use fluid.collision=trt" if case.setup.collision == "bgk" else "")
-            + (
-                ", or fluid.les=smagorinsky for an under-resolved flow)"
-                if case.setup.les == "none"
-                else ")"
-            )
+            "case.resolution or fluid.u_lattice" + "".join(", or " + o for o in _robust(case)) + ")"
         )
     if case.setup.collision == "trt" and case.setup.open_boundaries and case.tau < 0.535:
         causes.append(
@@ -79,6 +87,12 @@ def likely_cause(case: Case) -> str:
             "look safe; check the boundary set-up"
         )
     return "; ".join(causes)
+
+
+def _mean_kinetic_energy(setup, state, geometry):
+    """Mean <rho |u|^2 / 2> over the grid, lattice units (a replicated scalar)."""
+    rho, u = macroscopic(setup, state, geometry)
+    return 0.5 * jnp.mean(rho * jnp.sum(u * u, axis=0))
 
 
 def _replicated(array) -> np.ndarray:
@@ -161,7 +175,9 @@ class FluidModel:
         self._chunk = dist.chunk(setup)
         self._macro = jax.jit(lambda s, g: macroscopic(setup, s, g))
         self._health = jax.jit(_health)
+        self._energy = jax.jit(lambda s, g: _mean_kinetic_energy(setup, s, g))
         self.forces: list[np.ndarray] = []
+        self.energy: list[tuple[int, float]] = []
         self.writer: FieldWriter | None = None
         self.force_log: ForceLog | None = None
         self.final_fields: dict | None = None
@@ -170,8 +186,12 @@ class FluidModel:
 
     def initial_state(self):
         setup, dist, case = self.setup, self.dist, self.case
+        gradient = case.velocity_gradient
         state = initial_state(
-            setup, dist.put(case.density, 0, setup.dtype), dist.put(case.velocity, 1, setup.dtype)
+            setup,
+            dist.put(case.density, 0, setup.dtype),
+            dist.put(case.velocity, 1, setup.dtype),
+            None if gradient is None else dist.put(gradient, 2, setup.dtype),
         )
         return state.replace(time=dist.replicate(state.time))
 
@@ -181,12 +201,16 @@ class FluidModel:
     def restored(self, view, host: dict, step: int):
         if "forces" in host:
             self.forces.append(host["forces"])
+        if "energy" in host:
+            self.energy = [(int(k), float(e)) for k, e in host["energy"]]
         return view
 
     def checkpoint_host(self, step: int, state) -> tuple[dict, dict]:
         host = {"step": np.asarray([step], dtype=np.int64)}
         if self.forces:
             host["forces"] = np.concatenate(self.forces)
+        if self.energy:
+            host["energy"] = np.asarray(self.energy, dtype=np.float64)
         return host, {"time_s": self.units.to_physical_time(step)}
 
     # ------------------------------------------------------------------ outputs
@@ -214,12 +238,18 @@ class FluidModel:
             outputs["fields_h5"] = str(self.writer.h5_path)
             outputs["fields_xdmf"] = str(self.writer.xdmf_path)
         if case.measures_forces and root:
-            scale = 2.0 / (case.info["u_mean_lattice"] ** 2 * case.info["d_cells"])
             history = np.concatenate(self.forces) if self.forces else None
             self.force_log = ForceLog(
-                self.output_dir / "forces.csv", setup.lattice.d, units.dt, scale, history
+                self.output_dir / "forces.csv",
+                setup.lattice.d,
+                units.dt,
+                case.force_coefficients(),
+                history,
+                moments=setup.force_width - setup.lattice.d,
             )
             outputs["forces_csv"] = str(self.force_log.path)
+        if case.tracks_energy and not resumed:
+            self._record_energy(step, state)
         # a resumed run writes its first step again: the run dir may be new (resume=PATH)
         if not resumed or step in self.schedule:
             self.write(step, state)
@@ -272,7 +302,13 @@ class FluidModel:
         }
         return Problem("diverged", message, DivergenceError, details)
 
+    def _record_energy(self, step: int, state) -> None:
+        energy = float(_replicated(self._energy(state, self.geometry)))
+        self.energy.append((step, energy))
+
     def record(self, first: int, n: int, state, report) -> None:
+        if self.case.tracks_energy:
+            self._record_energy(first + n, state)
         if not self.case.measures_forces:
             return
         forces = np.asarray(_replicated(report), dtype=np.float64)
@@ -319,6 +355,7 @@ class FluidModel:
             density=rho_lat,
             velocity=u_lat,
             forces=np.concatenate(self.forces) if self.forces else None,
+            energy=np.asarray(self.energy, dtype=np.float64) if self.energy else None,
         )
         summary["diagnostics"] = case.diagnostics(data)
         density = units.to_physical_density(rho_lat)

@@ -12,22 +12,55 @@ import numpy as np
 
 from kernels.lattices import Lattice
 
-COLLISIONS = ("bgk", "trt")
+COLLISIONS = ("bgk", "trt", "regularized", "kbc")
+# the operators that need the tensor-product lattices D2Q9 and D3Q27 (q = 3^d)
+TENSOR_PRODUCT_COLLISIONS = ("kbc",)
 LES_MODELS = ("none", "smagorinsky")
+# OpenBoundary.kind: the inlets prescribe a velocity, the outlets a density or an outflow
+INLET_KINDS = ("velocity", "velocity_bounce_back")
+OUTLET_KINDS = ("pressure", "pressure_anti_bounce_back", "convective")
+
+
+@dataclass(frozen=True)
+class InflowSchedule:
+    """Time factor of an inlet's velocity, s(t) = ramp(t) * wave(t), t in steps.
+
+    ramp(t) = (1 - cos(pi t / ramp_steps)) / 2 for t < ramp_steps, else 1 (a smooth start: the
+    impulsive start's pressure wave is what makes the drag ripple); wave(t) = sin(2 pi t /
+    period_steps) when period_steps > 0 (Schaefer-Turek 2D-3), else 1.
+    """
+
+    ramp_steps: float = 0.0
+    period_steps: float = 0.0
+
+    @property
+    def steady(self) -> bool:
+        return self.ramp_steps <= 0.0 and self.period_steps <= 0.0
 
 
 @dataclass(frozen=True)
 class OpenBoundary:
-    """A velocity inlet or a pressure outlet covering one face of the box.
+    """An inlet or an outlet covering one face of the box (docs/configuration.md, "Open
+    boundaries").
 
     Attributes:
         axis: the face normal, 0..d-1.
         side: "low" (index 0) or "high" (index n-1).
-        kind: "velocity" (prescribed velocity, density extrapolated) or
-            "pressure" (prescribed density, velocity extrapolated).
-        velocity: (d, *face_shape) lattice velocity on the face, for kind "velocity". The face
+        kind: one of INLET_KINDS or OUTLET_KINDS:
+            "velocity": prescribed velocity on the face node, density and the regularized
+                non-equilibrium part extrapolated (Latt et al. 2008);
+            "velocity_bounce_back": link-wise, the velocity prescribed half a cell outside the
+                face node by bounce-back with a moving-wall term (Ladd 1994);
+            "pressure": prescribed density on the face node, velocity extrapolated;
+            "pressure_anti_bounce_back": link-wise, the density prescribed half a cell outside
+                the face node (anti-bounce-back, Kruger et al. 2017 sec. 5.3.4);
+            "convective": the incoming populations carried out of the box with the local normal
+                velocity, df/dt + U df/dn = 0 (Yang 2013; Lou, Guo & Shi 2013): vortices and
+                pressure waves leave with little reflection.
+        velocity: (d, *face_shape) lattice velocity on the face, for the inlet kinds. The face
             shape is the grid shape with ``axis`` removed.
-        density: lattice density on the face, for kind "pressure".
+        density: lattice density on the face, for the pressure kinds.
+        schedule: the inlet velocity's time factor.
     """
 
     axis: int
@@ -35,6 +68,21 @@ class OpenBoundary:
     kind: str
     velocity: np.ndarray | None = field(default=None, repr=False)
     density: float | None = None
+    schedule: InflowSchedule = InflowSchedule()
+
+    def __post_init__(self) -> None:
+        if self.kind not in INLET_KINDS + OUTLET_KINDS:
+            kinds = INLET_KINDS + OUTLET_KINDS
+            raise ValueError(f"open boundary kind {self.kind!r} not in {kinds}")
+        if self.is_inlet and self.velocity is None:
+            raise ValueError(f"open boundary kind {self.kind!r} needs a velocity")
+        if self.kind.startswith("pressure") and self.density is None:
+            raise ValueError(f"open boundary kind {self.kind!r} needs a density")
+
+    @property
+    def is_inlet(self) -> bool:
+        """Whether the face prescribes a velocity (an inlet)."""
+        return self.kind in INLET_KINDS
 
 
 @dataclass(frozen=True)
@@ -63,10 +111,12 @@ class FluidSetup:
         shape: grid shape (nx, ny[, nz]).
         dtype: storage and compute dtype of the populations ("float32" or "float64").
         omega: relaxation rate 1/tau of the viscous (symmetric) moments.
-        collision: "bgk" or "trt".
+        collision: one of COLLISIONS: "bgk", "trt", "regularized" (recursive regularized BGK)
+            or "kbc" (entropic multi-relaxation; D2Q9 and D3Q27 only, without les).
         trt_magic: TRT magic parameter Lambda (3/16 places half-way walls exactly mid-link).
         les: "none" or "smagorinsky": the even rate computed per cell from the local strain
-            (kernels/collision.py), on BGK and TRT (TRT keeps Lambda, so its odd rate follows).
+            (kernels/collision.py), on BGK, TRT and regularized (TRT keeps Lambda, so its odd
+            rate follows); not with KBC.
         les_cs: the Smagorinsky constant C_s (> 0), used with les = "smagorinsky".
         solid: (*shape) bool, True on solid nodes. Domain edges are periodic, so walls at the
             box edges are solid layers.
@@ -77,8 +127,13 @@ class FluidSetup:
             None means half-way (0.5) on every link. Used by interpolated bounce-back.
         obstacle: (*shape) bool, the solid nodes whose hydrodynamic force is measured; None for
             no force measurement.
-        open_boundaries: velocity inlets and pressure outlets.
+        open_boundaries: inlets and outlets.
         body_force: None or a BodyForce.
+        sponge: (*shape) added relaxation time dtau(x) >= 0 of an absorbing layer (the even
+            rate there is 1/(tau + dtau)); None for no sponge.
+        moment_center: (d,) index coordinates (node i at i) of the point about which the
+            obstacle's moment is measured; None: force only. With it the step reports the force
+            and then the moment, d + 3 values in 3D (M_x, M_y, M_z), d + 1 in 2D (M_z).
     """
 
     lattice: Lattice
@@ -95,6 +150,8 @@ class FluidSetup:
     obstacle: np.ndarray | None = field(default=None, repr=False)
     open_boundaries: tuple[OpenBoundary, ...] = ()
     body_force: BodyForce | None = None
+    sponge: np.ndarray | None = field(default=None, repr=False)
+    moment_center: tuple[float, ...] | None = None
 
     def __post_init__(self) -> None:
         d = self.lattice.d
@@ -106,13 +163,22 @@ class FluidSetup:
             raise ValueError(f"collision {self.collision!r} not in {COLLISIONS}")
         if self.les not in LES_MODELS:
             raise ValueError(f"les {self.les!r} not in {LES_MODELS}")
+        if self.collision in TENSOR_PRODUCT_COLLISIONS and self.lattice.q != 3**d:
+            raise ValueError(
+                f"collision {self.collision!r} needs D2Q9 or D3Q27, not {self.lattice.name}"
+            )
+        if self.collision == "kbc" and self.les != "none":
+            raise ValueError(f"collision 'kbc' takes no subgrid model (les {self.les!r})")
         if not self.les_cs > 0.0:
             raise ValueError(f"les_cs={self.les_cs} must be > 0")
         if not 0.0 < self.omega < 2.0:
             raise ValueError(f"omega={self.omega} must lie in (0, 2) (tau > 0.5)")
+        if self.moment_center is not None and len(self.moment_center) != d:
+            raise ValueError(f"moment_center {self.moment_center} needs {d} coordinates")
         for name, arr, lead in (
             ("solid", self.solid, ()),
             ("obstacle", self.obstacle, ()),
+            ("sponge", self.sponge, ()),
             ("wall_velocity", self.wall_velocity, (d,)),
             ("wall_distance", self.wall_distance, (self.lattice.q,)),
         ):
@@ -120,6 +186,12 @@ class FluidSetup:
                 raise ValueError(
                     f"{name} has shape {arr.shape}, expected {lead + tuple(self.shape)}"
                 )
+
+    @property
+    def force_width(self) -> int:
+        """Values the step reports per step: the force (d), then the moment if measured."""
+        d = self.lattice.d
+        return d if self.moment_center is None else d + (3 if d == 3 else 1)
 
     @property
     def tau(self) -> float:

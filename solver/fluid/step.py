@@ -90,6 +90,7 @@ class FluidGeometry:
         wall_velocity: (d, *shape) lattice velocity of solid nodes, or None.
         wall_distance: (q, *shape) link fractions for interpolated bounce-back, or None.
         open_velocity: per open boundary, (d, *face) prescribed velocity or None.
+        sponge: (*shape) added relaxation time of the absorbing layer, or None.
     """
 
     solid: Array | None
@@ -97,6 +98,7 @@ class FluidGeometry:
     wall_velocity: Array | None
     wall_distance: Array | None
     open_velocity: tuple[Array | None, ...]
+    sponge: Array | None = None
 
 
 def make_geometry(setup: FluidSetup, place: Callable | None = None) -> FluidGeometry:
@@ -120,6 +122,7 @@ def make_geometry(setup: FluidSetup, place: Callable | None = None) -> FluidGeom
         wall_velocity=put(setup.wall_velocity, setup.dtype, 1),
         wall_distance=put(setup.wall_distance, setup.dtype, 1),
         open_velocity=tuple(put(b.velocity, setup.dtype, 1, b.axis) for b in setup.open_boundaries),
+        sponge=put(setup.sponge, setup.dtype),
     )
 
 
@@ -182,7 +185,8 @@ def make_chunk(
 
     ``n`` is static; the caller jits with static_argnums=2 and donates the state. The forces
     are the momentum-exchange force on ``setup.obstacle`` at each step, lattice units, summed
-    over all shards.
+    over all shards; with ``setup.moment_center`` each row continues with the moment about it
+    (``setup.force_width`` values per row).
 
     ``setup`` describes the global problem (which parts the step holds is decided on it, so
     every shard traces the same program); ``state`` and ``geometry`` hold this shard's block,
@@ -214,15 +218,16 @@ def _make_chunk(setup: FluidSetup, halo: Halo, coupling: StepCoupling | None) ->
         fluid_collide = make_collide(setup)
 
         def collide(f, time, extra, geo):
-            return fluid_collide(f, time), extra, ()
+            return fluid_collide(f, time, geo["sponge"]), extra, ()
 
     else:
         collide = coupling.bind(setup, halo)
 
-    def pull(buffers: Sequence[Array], geo: dict, scratch: tuple):
-        """Pre-collision populations f_i(x, t) (q arrays (*shape)), the obstacle force (d,)
-        and the scratch buffers they were written to (empty when not materialised)."""
-        view = Pull(lat, buffers, geo, plan.wall_links)
+    def pull(buffers: Sequence[Array], geo: dict, scratch: tuple, time: Array):
+        """Pre-collision populations f_i(x, t) (q arrays (*shape)) at step ``time``, the
+        obstacle force (d,) and the scratch buffers they were written to (empty when not
+        materialised; before the write they hold f_i(x, t-1), which convective outlets read)."""
+        view = Pull(lat, buffers, geo, plan.wall_links, time=time, previous=scratch)
         pre = stream(view, plan.walls)
         for rule in plan.nodes:
             pre = rule(pre, view)
@@ -233,7 +238,7 @@ def _make_chunk(setup: FluidSetup, halo: Halo, coupling: StepCoupling | None) ->
             for rule in plan.faces:
                 pre = rule(pre, view)
             scratch = tuple(pre)
-        force = jnp.zeros((d,), dtype)
+        force = jnp.zeros((setup.force_width,), dtype)
         if plan.force is not None:
             force = plan.force(pre, view)
         return tuple(pre), force, scratch
@@ -245,7 +250,7 @@ def _make_chunk(setup: FluidSetup, halo: Halo, coupling: StepCoupling | None) ->
         on it; otherwise XLA may schedule that force sum (which reads the buffer written here)
         late and protects the buffer with q full copies per step.
         """
-        pre, force, scratch = pull(src, geo, scratch)
+        pre, force, scratch = pull(src, geo, scratch, time)
         post, extra, report = collide(pre, time, extra, geo)
         if after is not None and plan.force is not None:
             post = tuple(p + 0.0 * after[0] for p in post)
@@ -254,7 +259,11 @@ def _make_chunk(setup: FluidSetup, halo: Halo, coupling: StepCoupling | None) ->
 
     def padded_geometry(geometry: FluidGeometry) -> dict:
         """The geometry the parts read: the fields they name padded with filled ghosts."""
-        geo = {"open_velocity": geometry.open_velocity, "solid_interior": geometry.solid}
+        geo = {
+            "open_velocity": geometry.open_velocity,
+            "solid_interior": geometry.solid,
+            "sponge": geometry.sponge,
+        }
         for name, lead in plan.padded:
             geo[name] = pad_with_halo(getattr(geometry, name), lead, halo)
         return geo
@@ -272,9 +281,8 @@ def _make_chunk(setup: FluidSetup, halo: Halo, coupling: StepCoupling | None) ->
         b = tuple(jnp.zeros_like(p) for p in a)
         forces = []
 
-        # zeros_like keeps the shard-varying type inside shard_map (a scan carry must keep it)
-        zero = jnp.zeros_like(state.populations[0])
-        scratch = tuple(zero for _ in range(q)) if plan.materialise else ()
+        # the scratch starts as f(t0), the step before the first one it receives
+        scratch = tuple(state.populations[i] for i in range(q)) if plan.materialise else ()
 
         # two steps per iteration, a -> b -> a, so the loop carry never swaps buffers
         # (a swapped carry makes XLA insert full copies)
@@ -289,7 +297,7 @@ def _make_chunk(setup: FluidSetup, halo: Halo, coupling: StepCoupling | None) ->
             (a, b, scratch, extra), (paired, paired_reports) = lax.scan(
                 two_steps, (a, b, scratch, extra), jnp.arange(pairs, dtype=jnp.int32)
             )
-            forces.append(paired.reshape(2 * pairs, d))
+            forces.append(paired.reshape(2 * pairs, setup.force_width))
             reports.append(
                 jax.tree.map(lambda r: r.reshape((2 * pairs, *r.shape[2:])), paired_reports)
             )
@@ -298,7 +306,7 @@ def _make_chunk(setup: FluidSetup, halo: Halo, coupling: StepCoupling | None) ->
             a = b
             forces.append(f[None])
             reports.append(jax.tree.map(lambda r: r[None], report))
-        pre, f, _ = pull(a, geo, scratch)
+        pre, f, _ = pull(a, geo, scratch, t0 + n)
         forces.append(f[None])
         new_state = FluidState(populations=jnp.stack(pre), time=t0 + n)
         forces = jnp.concatenate(forces)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import os
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -44,7 +45,9 @@ def write_run_json(path: Path, summary: dict) -> dict:
 class ForceLog:
     """Appends the obstacle force history to forces.csv, one row per step, flushed per chunk.
 
-    Columns: step, time_s, fx_lattice, fy_lattice[, fz_lattice], cd, cl.
+    Columns: step, time_s, fx_lattice, fy_lattice[, fz_lattice], the moment's columns when
+    measured (mz_lattice in 2D; mx_lattice, my_lattice, mz_lattice in 3D), then one column per
+    coefficient (a cylinder: cd, cl).
     """
 
     def __init__(
@@ -52,25 +55,35 @@ class ForceLog:
         path: Path,
         dimension: int,
         dt: float,
-        coefficient_scale: float,
+        coefficients: Sequence[tuple[str, int, float]],
         history: np.ndarray | None = None,
+        moments: int = 0,
     ) -> None:
-        """``history``: (n, d) forces after steps 1..n of a resumed run, written first (from
-        the checkpoint, so rows the interrupted run wrote after it are replaced)."""
+        """``coefficients``: (column name, index into a row of the force report, factor);
+        ``moments``: moment values after the d force values in each row (0, 1 or 3);
+        ``history``: (n, d + moments) rows after steps 1..n of a resumed run, written first
+        (from the checkpoint, so rows the interrupted run wrote after it are replaced)."""
         self.path = Path(path)
         self.dt = dt
-        self.scale = coefficient_scale
+        self.coefficients = [(name, int(k), float(f)) for name, k, f in coefficients]
         axes = "xyz"[:dimension]
-        header = ["step", "time_s"] + [f"f{a}_lattice" for a in axes] + ["cd", "cl"]
+        moment_axes = {0: "", 1: "z", 3: "xyz"}[moments]
+        header = (
+            ["step", "time_s"]
+            + [f"f{a}_lattice" for a in axes]
+            + [f"m{a}_lattice" for a in moment_axes]
+            + [name for name, _, _ in self.coefficients]
+        )
         self.path.write_text(",".join(header) + "\n")
         if history is not None and len(history):
             self.append(1, history)
 
     def append(self, first_step: int, forces: np.ndarray) -> None:
-        """forces: (n, d) lattice force after steps first_step, first_step + 1, ..."""
+        """forces: (n, d + moments) lattice force (and moment) after steps first_step,
+        first_step + 1, ..."""
         steps = first_step + np.arange(len(forces))
-        coeff = forces[:, :2] * self.scale
-        with self.path.open("a") as f:
+        coeff = np.stack([forces[:, k] * f for _, k, f in self.coefficients], axis=1)
+        with self.path.open("a") as fh:
             for s, row, c in zip(steps, forces, coeff, strict=True):
-                values = ",".join(f"{v:.9g}" for v in row)
-                f.write(f"{s},{s * self.dt:.9g},{values},{c[0]:.9g},{c[1]:.9g}\n")
+                values = ",".join(f"{v:.9g}" for v in (*row, *c))
+                fh.write(f"{s},{s * self.dt:.9g},{values}\n")

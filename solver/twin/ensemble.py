@@ -67,9 +67,7 @@ def run_ensemble(config: RunConfig, output_dir: Path, extra: dict | None = None)
     output_dir.mkdir(parents=True, exist_ok=True)
     case = build_case(config)
     setup, units = case.setup, case.units
-    if setup.open_boundaries is None or not any(
-        b.kind == "velocity" for b in setup.open_boundaries
-    ):
+    if setup.open_boundaries is None or not any(b.is_inlet for b in setup.open_boundaries):
         raise ConfigError(
             "twin.enkf.enabled", True, f"a case with a velocity inlet, not {case.name}"
         )
@@ -83,7 +81,7 @@ def run_ensemble(config: RunConfig, output_dir: Path, extra: dict | None = None)
     stencils = nudging.probe_stencils(coords.reshape(-1, d), setup.shape)
     assimilated = [k for k, s in enumerate(probes) if not s.held_out]
     inflow_id = next((s.id for s in twin.sensors.values() if s.kind == "inflow_velocity"), None)
-    inlet = next(k for k, b in enumerate(setup.open_boundaries) if b.kind == "velocity")
+    inlet = next(k for k, b in enumerate(setup.open_boundaries) if b.is_inlet)
 
     # localisation of node k with probe p, tiled over the d velocity components of both
     nodes = np.stack(np.meshgrid(*[np.arange(n) for n in setup.shape], indexing="ij"), -1)

@@ -137,9 +137,7 @@ class TwinHook:
         self.inflow_sensor = next(
             (s.id for s in cfg.sensors.values() if s.kind == "inflow_velocity"), None
         )
-        self.inlet = next(
-            (k for k, b in enumerate(setup.open_boundaries) if b.kind == "velocity"), None
-        )
+        self.inlet = next((k for k, b in enumerate(setup.open_boundaries) if b.is_inlet), None)
         if cfg.inflow and self.inlet is None:
             raise ConfigError("twin.inflow", True, f"a case with a velocity inlet, not {case.name}")
         if cfg.inflow and self.inflow_sensor is None:

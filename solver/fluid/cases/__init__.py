@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from solver.fluid.cases import cavity, channel, cylinder, duct, taylor_green
+from solver.fluid.cases import cavity, channel, cylinder, duct, geometry, taylor_green
 from solver.fluid.cases.base import Case, RunData
 from solver.fluid.memory import check_fits
 
@@ -19,6 +19,7 @@ BUILDERS: dict[str, Callable[[RunConfig], Case]] = {
     "couette": channel.build_couette,
     "cavity": cavity.build,
     "duct": duct.build,
+    "geometry": geometry.build,
 }
 
 # The grid each builder makes, from the config alone (no arrays): for the memory check.
@@ -29,6 +30,7 @@ GRID_SHAPES: dict[str, Callable[[RunConfig], tuple[int, ...]]] = {
     "couette": channel.grid_shape,
     "cavity": cavity.grid_shape,
     "duct": duct.grid_shape,
+    "geometry": geometry.grid_shape,
 }
 
 

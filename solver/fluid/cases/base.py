@@ -31,13 +31,17 @@ class RunData:
         steps: steps done.
         density: (*shape) final lattice density.
         velocity: (d, *shape) final lattice velocity.
-        forces: (steps, d) lattice force on the obstacle after each step, or None.
+        forces: (steps, d) lattice force on the obstacle after each step (then the moment,
+            (steps, setup.force_width), when the setup measures it), or None.
+        energy: (chunks + 1, 2) step and mean kinetic energy <rho |u|^2 / 2> (lattice units)
+            at the start and after every chunk, for cases with ``tracks_energy``; else None.
     """
 
     steps: int
     density: np.ndarray
     velocity: np.ndarray
     forces: np.ndarray | None = None
+    energy: np.ndarray | None = None
 
 
 @dataclass(frozen=True)
@@ -56,6 +60,10 @@ class Case:
         reynolds: Reynolds number of the flow, with the case's reference length and velocity.
         png_field: "speed" or "vorticity", the field the final PNG shows by default.
         measures_forces: whether the run loop should keep the force history (obstacle present).
+        tracks_energy: whether the run loop should record the mean kinetic energy after every
+            chunk (turbulence cases: the dissipation rate is its slope).
+        velocity_gradient: None or (d, d, *shape) lattice d u_b / d x_a of the initial field:
+            the run then starts with its first-order non-equilibrium part (no initial layer).
         info: extra scalars for run.json (reference velocity, body force, ...).
     """
 
@@ -70,6 +78,8 @@ class Case:
     reynolds: float
     png_field: str = "speed"
     measures_forces: bool = False
+    tracks_energy: bool = False
+    velocity_gradient: np.ndarray | None = field(default=None, repr=False)
     info: dict = field(default_factory=dict)
 
     @property
@@ -86,6 +96,13 @@ class Case:
     def diagnostics(self, data: RunData) -> dict:
         """Case-specific values for run.json; plain JSON types only."""
         return {}
+
+    def force_coefficients(self) -> list[tuple[str, int, float]]:
+        """The coefficient columns of forces.csv: (name, index into a row of the force report,
+        factor). Default: a 2D body's cd and cl, C = 2 F / (U^2 D) per unit depth in lattice
+        units, with ``info["u_mean_lattice"]`` and ``info["d_cells"]``."""
+        scale = 2.0 / (self.info["u_mean_lattice"] ** 2 * self.info["d_cells"])
+        return [("cd", 0, scale), ("cl", 1, scale)]
 
 
 def relaxation_rate(

@@ -20,8 +20,8 @@ import numpy as np
 from kernels.lattices import lattice_by_name
 from solver.errors import ConfigError
 from solver.fluid.cases.base import Case, RunData, cells, check_mach, fluid_setup, relaxation_rate
-from solver.fluid.config import CylinderConfig
-from solver.fluid.setup import OpenBoundary
+from solver.fluid.config import INLETS, OUTLETS, CylinderConfig
+from solver.fluid.setup import InflowSchedule, OpenBoundary
 from solver.fluid.units import UnitConverter
 
 if TYPE_CHECKING:
@@ -191,6 +191,17 @@ def build(config: RunConfig) -> CylinderCase:
 
     omega = relaxation_rate(units, c.viscosity, fluid, "case.viscosity")
     mach = check_mach(fluid.u_lattice, fluid)
+    schedule = InflowSchedule(
+        ramp_steps=c.ramp_time / units.dt, period_steps=c.inflow_period / units.dt
+    )
+    sponge = sponge_layer(shape, c.sponge_length / dx, 1.0 / omega, c.sponge_factor)
+    if sponge is not None and c.sponge_length > c.length - xc - radius - 2.0 * c.diameter:
+        raise ConfigError(
+            "case.sponge_length",
+            c.sponge_length,
+            f"<= {c.length - xc - radius - 2.0 * c.diameter:.4g} m (the layer starts at least "
+            "two diameters behind the cylinder)",
+        )
 
     setup = fluid_setup(
         fluid,
@@ -201,13 +212,21 @@ def build(config: RunConfig) -> CylinderCase:
         wall_distance=wall_distance,
         obstacle=obstacle,
         open_boundaries=(
-            OpenBoundary(axis=0, side="low", kind="velocity", velocity=inlet_velocity),
-            OpenBoundary(axis=0, side="high", kind="pressure", density=1.0),
+            OpenBoundary(
+                axis=0,
+                side="low",
+                kind=INLETS[c.inlet],
+                velocity=inlet_velocity,
+                schedule=schedule,
+            ),
+            OpenBoundary(axis=0, side="high", kind=OUTLETS[c.outlet], density=1.0),
         ),
+        sponge=sponge,
     )
 
+    # a scheduled inflow starts from rest (its factor is 0 at t = 0)
     velocity = np.zeros((2,) + shape)
-    velocity[0] = u_lat[None, :]
+    velocity[0] = 0.0 if not schedule.steady else u_lat[None, :]
     velocity[1] = _perturbation(config.seed, x, y, height, c.length) * (
         c.perturbation * fluid.u_lattice
     )
@@ -274,6 +293,23 @@ def circle_link_fractions(
         q = (-b - np.sqrt(disc)) / a
         out[i][links] = np.clip(q[links], 1e-6, 1.0)
     return out
+
+
+def sponge_layer(
+    shape: tuple[int, ...], thickness: float, tau: float, factor: float
+) -> np.ndarray | None:
+    """Added relaxation time dtau (nx, ny) of an absorbing layer ``thickness`` nodes thick
+    before the high-x face: the viscosity rises quadratically from the fluid's to ``factor``
+    times it at the outlet, dtau = (tau - 1/2)(factor - 1) s^2 with s from 0 at the layer's
+    start to 1; it damps vortices and pressure waves before the outlet can reflect them.
+    None without a layer."""
+    if thickness <= 0.0 or factor <= 1.0:
+        return None
+    x = np.arange(shape[0]) + 0.5
+    start = shape[0] - thickness
+    ramp = np.clip((x - start) / thickness, 0.0, 1.0) ** 2
+    dtau = (tau - 0.5) * (factor - 1.0) * ramp
+    return np.broadcast_to(dtau[:, None], shape).copy()
 
 
 def _perturbation(seed: int, x: np.ndarray, y: np.ndarray, height: float, length: float):

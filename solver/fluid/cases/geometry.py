@@ -1,0 +1,343 @@
+"""A 3D wind tunnel around a body from a triangle mesh (STL, OBJ, PLY) or the exact sphere.
+
+The tunnel spans [0, length] x [0, width] x [0, height] (m). Uniform velocity inlet on the low-x
+face and pressure outlet (lattice density 1) on the high-x face, both by regularized
+non-equilibrium extrapolation; the sides are
+- ``periodic`` (default): for a body centred in the cross-section and a symmetric flow, a
+  periodic array of bodies is the same as free-slip walls at half the spacing (mirror images),
+  i.e. a free-slip tunnel of the given width and height;
+- ``no_slip``: half-way bounce-back walls at y = 0, width and z = 0, height (one solid layer
+  outside each), on which the uniform inflow keeps zero velocity.
+Layout: x = (i + 0.5) dx from the inlet; y = (j + 0.5) dx (periodic) or (j - 0.5) dx (no_slip,
+with the solid layers at j = 0 and ny - 1), likewise z; dx = reference_length / resolution.
+
+The body is placed by ``case.units``, ``scale``, ``rotation`` and ``translation``
+(solver.fluid.geometry.mesh.Placement), checked (closed, consistently wound, outward-oriented,
+no nodes enclosed twice), voxelised and given Bouzidi link fractions by casting every lattice
+link against the triangles (solver.fluid.geometry.voxels); ``mesh: sphere`` is the exact sphere
+of ``sphere_diameter`` centred at ``translation`` instead (solver.fluid.geometry.sphere). The
+body must keep two cells from the inlet and outlet and one from the sides.
+
+Coefficients, lattice units with rho = 1, U the inflow velocity, A the reference area and L the
+reference length (both in cells):
+    C_D = F_x / (1/2 U^2 A),  C_y = F_y / (...),  C_z = F_z / (...),
+    C_M = M / (1/2 U^2 A L),  moments about ``translation`` (the mesh's placed origin; the
+    sphere's centre).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from kernels.lattices import Lattice, lattice_by_name
+from solver.errors import ConfigError
+from solver.fluid.cases.base import Case, RunData, cells, fluid_setup, lattice_scales
+from solver.fluid.cases.cylinder import HYSTERESIS, upward_crossings
+from solver.fluid.config import ANALYTIC_SPHERE, OUTLETS, GeometryConfig
+from solver.fluid.geometry import (
+    Links,
+    MeshError,
+    Placement,
+    check_closed,
+    load_mesh,
+    mesh_link_fractions,
+    solid_mask,
+    sphere_link_fractions,
+    sphere_mask,
+)
+from solver.fluid.setup import InflowSchedule, OpenBoundary
+
+if TYPE_CHECKING:
+    from solver.config import RunConfig
+
+log = logging.getLogger("solver")
+
+MIN_TUNNEL_CELLS = 4  # along every axis
+INLET_CLEARANCE = 2  # cells between the body and the inlet and outlet faces
+SIDE_CLEARANCE = 1  # cells between the body and the side walls (or the periodic seam)
+COEFFICIENTS = ("cd", "cy", "cz", "cmx", "cmy", "cmz")
+
+
+@dataclass(frozen=True)
+class Body:
+    """The voxelised body.
+
+    Attributes:
+        solid: (*shape) bool, the body's nodes.
+        links: its link fractions.
+        triangles: triangles of the mesh (0 for the analytic sphere).
+        seconds: wall time of the voxelisation (solid nodes and link fractions), s.
+    """
+
+    solid: np.ndarray
+    links: Links
+    triangles: int
+    seconds: float
+
+
+class GeometryCase(Case):
+    """Diagnostics: the mean force and moment coefficients over the last ``stats_fraction``
+    of the run, and what the voxeliser made of the body."""
+
+    def force_coefficients(self) -> list[tuple[str, int, float]]:
+        force = 1.0 / (0.5 * self.info["u_lattice"] ** 2 * self.info["area_cells"])
+        moment = force / self.info["length_cells"]
+        return [(name, k, force if k < 3 else moment) for k, name in enumerate(COEFFICIENTS)]
+
+    def diagnostics(self, data: RunData) -> dict:
+        out = {
+            key: self.info[key]
+            for key in (
+                "solid_nodes",
+                "boundary_links",
+                "links_without_crossing",
+                "triangles",
+                "voxelise_s",
+                "reference_area_m2",
+                "reference_length_m",
+                "blockage",
+            )
+        }
+        out["reynolds"] = self.reynolds
+        if data.forces is None or len(data.forces) == 0:
+            return out
+        n = len(data.forces)
+        start = min(n - 1, int(n * (1.0 - self.info["stats_fraction"])))
+        window = data.forces[start:]
+        coefficients = self.force_coefficients()
+        cd = window[:, 0] * coefficients[0][2]
+        first, last, periods = whole_periods(cd)
+        dt = self.units.dt
+        out["stats_window_s"] = [start * dt, n * dt]
+        out["averaged_window_s"] = [(start + first) * dt, (start + last) * dt]
+        out["oscillation_periods"] = periods
+        out["oscillation_period_s"] = (last - first) * dt / periods if periods else None
+        for name, k, factor in coefficients:
+            if k < window.shape[1]:
+                series = window[:, k] * factor
+                out[f"{name}_mean"] = float(np.mean(series[first:last]))
+                out[f"{name}_last"] = float(series[-1])
+        out["cd_amplitude"] = _amplitude(cd)
+        # how steady the drag is over the window: its spread relative to its mean
+        out["cd_spread"] = float(2.0 * out["cd_amplitude"] / abs(np.mean(cd)))
+        return out
+
+
+def _amplitude(signal: np.ndarray) -> float:
+    """Half the peak-to-peak of ``signal``."""
+    return float(0.5 * (np.max(signal) - np.min(signal)))
+
+
+def whole_periods(signal: np.ndarray) -> tuple[int, int, int]:
+    """(first, last, periods): the index range [first, last) of ``signal`` spanning a whole
+    number of its oscillation periods (from its first to its last upward crossing of the mean,
+    Schmitt-triggered as the cylinder's lift), or (0, len, 0) when it crosses fewer than twice.
+
+    A steady flow in the tunnel still carries the acoustic quarter-wave mode its start excited
+    (velocity inlet and pressure outlet reflect it, viscosity hardly damps so long a wave): the
+    drag rings around its steady value. The mean over whole periods removes that ringing, where
+    the mean over an arbitrary window keeps a fraction of its amplitude.
+    """
+    amplitude = _amplitude(signal)
+    up = upward_crossings(signal - np.mean(signal), HYSTERESIS * amplitude)
+    if len(up) < 2 or amplitude <= 1e-9 * abs(np.mean(signal)):
+        return 0, len(signal), 0
+    return int(up[0]) + 1, int(up[-1]) + 1, len(up) - 1
+
+
+def grid_shape(config: RunConfig) -> tuple[int, int, int]:
+    """(nx, ny, nz), plus one solid layer on each side with no-slip walls; dx = reference
+    length / resolution (as UnitConverter.from_scales)."""
+    c: GeometryConfig = config.case
+    dx = c.reference_length / c.resolution
+    extra = 2 if c.walls == "no_slip" else 0
+    return (
+        int(round(c.length / dx)),
+        int(round(c.width / dx)) + extra,
+        int(round(c.height / dx)) + extra,
+    )
+
+
+def build(config: RunConfig) -> GeometryCase:
+    c: GeometryConfig = config.case
+    fluid = config.fluid
+    lattice = lattice_by_name(fluid.lattice)
+    scales = lattice_scales(
+        fluid, c.reference_length, c.resolution, c.velocity, c.viscosity, c.density
+    )
+    units, omega = scales.units, scales.omega
+    dx = units.dx
+    for key, value in (("case.length", c.length), ("case.width", c.width),
+                       ("case.height", c.height)):  # fmt: skip
+        cells(key, value, value, dx, MIN_TUNNEL_CELLS)
+    shape = grid_shape(config)
+    walls = c.walls == "no_slip"
+    origin = (0.0, -dx, -dx) if walls else (0.0, 0.0, 0.0)
+    tunnel = (c.length, c.width, c.height)
+    extent = (shape[0] * dx, (shape[1] - 2 * walls) * dx, (shape[2] - 2 * walls) * dx)
+
+    wall_solid = np.zeros(shape, dtype=bool)
+    if walls:
+        wall_solid[:, [0, -1], :] = True
+        wall_solid[:, :, [0, -1]] = True
+    body = _body(c, lattice, shape, origin, dx, extent, wall_solid)
+    solid = wall_solid | body.solid
+    obstacle = body.solid
+    if not obstacle.any():
+        raise ConfigError(
+            "case.resolution",
+            c.resolution,
+            "a resolution at which the body covers at least one node",
+            hint="the voxelised body is empty",
+        )
+
+    # the frontal area: the reference area, or the voxelised body's projection on y-z
+    frontal_cells = float(np.count_nonzero(obstacle.any(axis=0)))
+    area = c.reference_area if c.reference_area is not None else frontal_cells * dx * dx
+    u_lattice = units.to_lattice_velocity(c.velocity)
+    inlet_velocity = np.zeros((3, shape[1], shape[2]))
+    inlet_velocity[0] = np.where(solid[0], 0.0, u_lattice)
+    center = np.asarray(c.translation)
+    moment_center = tuple(float(v) for v in (center - np.asarray(origin)) / dx - 0.5)
+    setup = fluid_setup(
+        fluid,
+        lattice,
+        shape,
+        omega,
+        solid=solid,
+        wall_distance=body.links.dense(lattice.q, shape, np.dtype(fluid.precision)),
+        obstacle=obstacle,
+        open_boundaries=(
+            OpenBoundary(
+                axis=0,
+                side="low",
+                kind="velocity",
+                velocity=inlet_velocity,
+                schedule=InflowSchedule(ramp_steps=c.ramp_time / units.dt),
+            ),
+            OpenBoundary(axis=0, side="high", kind=OUTLETS[c.outlet], density=1.0),
+        ),
+        moment_center=moment_center,
+    )
+    # impulsive: U everywhere at t = 0; a ramped inflow starts from rest
+    velocity = np.zeros((3,) + shape)
+    velocity[0] = u_lattice if c.ramp_time == 0.0 else 0.0
+    velocity[:, solid] = 0.0
+    cross_section = extent[1] * extent[2]
+    log.info(
+        "geometry: %s, %d solid nodes, %d boundary links, voxelised in %.2f s",
+        "exact sphere" if c.mesh == ANALYTIC_SPHERE else f"{body.triangles} triangles",
+        int(obstacle.sum()),
+        len(body.links),
+        body.seconds,
+    )
+    return GeometryCase(
+        name="geometry",
+        setup=setup,
+        units=units,
+        density=np.ones(shape),
+        velocity=velocity,
+        default_steps=units.steps_for(c.duration),
+        origin=origin,
+        mach=scales.mach,
+        reynolds=c.velocity * c.reference_length / c.viscosity,
+        measures_forces=True,
+        info={
+            "u_lattice": u_lattice,
+            "area_cells": area / dx**2,
+            "length_cells": c.reference_length / dx,
+            "reference_area_m2": area,
+            "reference_length_m": c.reference_length,
+            "blockage": frontal_cells * dx * dx / cross_section,
+            "tunnel_m": list(tunnel),
+            "solid_nodes": int(obstacle.sum()),
+            "boundary_links": len(body.links),
+            "links_without_crossing": int(body.links.missing),
+            "triangles": body.triangles,
+            "voxelise_s": body.seconds,
+            "stats_fraction": c.stats_fraction,
+            "moment_center_m": list(c.translation),
+        },
+    )
+
+
+def _body(
+    c: GeometryConfig,
+    lattice: Lattice,
+    shape: tuple[int, int, int],
+    origin: tuple[float, ...],
+    dx: float,
+    extent: tuple[float, float, float],
+    wall_solid: np.ndarray,
+) -> Body:
+    """Load, check, place and voxelise the configured body (ConfigError naming the key)."""
+    origin_arr = np.asarray(origin)
+    if c.mesh == ANALYTIC_SPHERE:
+        radius = 0.5 * c.sphere_diameter
+        lower = np.asarray(c.translation) - radius
+        upper = np.asarray(c.translation) + radius
+        _check_inside(lower, upper, dx, extent, "sphere", c.translation)
+        start = time.perf_counter()
+        center = (np.asarray(c.translation) - origin_arr) / dx - 0.5
+        solid = sphere_mask(center, radius / dx, shape) & ~wall_solid
+        links = sphere_link_fractions(center, radius / dx, lattice.c, solid, ~(solid | wall_solid))
+        return Body(solid, links, 0, time.perf_counter() - start)
+    try:
+        mesh = load_mesh(c.mesh)
+        check_closed(mesh)
+    except MeshError as err:
+        raise ConfigError(
+            "case.mesh", c.mesh, "a closed, outward-oriented triangle mesh (STL, OBJ, PLY)",
+            hint=str(err),
+        ) from None  # fmt: skip
+    placed = Placement(c.units, c.scale, c.rotation, c.translation).apply(mesh)
+    lower, upper = placed.bounds
+    _check_inside(lower, upper, dx, extent, f"{len(mesh.faces)}-triangle mesh", c.translation)
+    vertices = (placed.vertices - origin_arr) / dx - 0.5
+    start = time.perf_counter()
+    try:
+        solid = solid_mask(vertices, placed.faces, shape) & ~wall_solid
+    except MeshError as err:
+        raise ConfigError(
+            "case.mesh", c.mesh, "a mesh without self-intersections or overlapping parts",
+            hint=str(err),
+        ) from None  # fmt: skip
+    links = mesh_link_fractions(vertices, placed.faces, lattice.c, solid, ~(solid | wall_solid))
+    return Body(solid, links, len(placed.faces), time.perf_counter() - start)
+
+
+def _check_inside(
+    lower: np.ndarray,
+    upper: np.ndarray,
+    dx: float,
+    extent: tuple[float, ...],
+    what: str,
+    translation: tuple[float, ...],
+) -> None:
+    """ConfigError on case.translation unless the body's bounding box keeps INLET_CLEARANCE
+    cells from the inlet and outlet and SIDE_CLEARANCE cells from the sides."""
+    margins = np.array([INLET_CLEARANCE, SIDE_CLEARANCE, SIDE_CLEARANCE]) * dx
+    low_gap = lower - margins  # >= 0 when clear of the low faces
+    high_gap = np.asarray(extent) - margins - upper  # >= 0 when clear of the high faces
+    faces = (("inlet (x = 0)", "outlet (x = length)"), ("side y = 0", "side y = width"),
+             ("side z = 0", "side z = height"))  # fmt: skip
+    worst, name = 0.0, ""
+    for axis in range(3):
+        for gap, face in ((low_gap[axis], faces[axis][0]), (high_gap[axis], faces[axis][1])):
+            if gap < worst:
+                worst, name = gap, face
+    if worst < 0.0:
+        box = " x ".join(f"[{lo:.4g}, {hi:.4g}]" for lo, hi in zip(lower, upper, strict=True))
+        raise ConfigError(
+            "case.translation",
+            list(translation),
+            f"a placement keeping the body inside the tunnel, {INLET_CLEARANCE} cells from the "
+            f"inlet and outlet and {SIDE_CLEARANCE} from the sides",
+            hint=f"the placed {what} spans {box} m and reaches {-worst:.4g} m too close to "
+            f"(or past) the {name}",
+        )
