@@ -93,6 +93,7 @@ class MqttSource:
         self.connects = 0
         self.disconnects = 0
         self.last_message_wall: float | None = None
+        self._subscription: int | None = None
         client = mqtt.Client(
             mqtt.CallbackAPIVersion.VERSION2,
             client_id=settings.client_id,
@@ -116,6 +117,7 @@ class MqttSource:
                 tls_version=ssl.PROTOCOL_TLS_CLIENT,
             )
         client.on_connect = self._on_connect
+        client.on_subscribe = self._on_subscribe
         client.on_disconnect = self._on_disconnect
         client.on_message = self._on_message
         self._client = client
@@ -128,11 +130,19 @@ class MqttSource:
                         self.settings.port, reason_code)  # fmt: skip
             return
         self.connects += 1
-        for topic in self.settings.topics:
-            client.subscribe(topic, qos=1)
-        self.connected.set()
+        # connected means subscribed: the broker drops what is published before it has the
+        # subscription (the first reading of a fresh session was lost that way under load)
+        _, self._subscription = client.subscribe([(topic, 1) for topic in self.settings.topics])
         log.info("MQTT connected to %s:%d (session present: %s)", self.settings.host,
                  self.settings.port, flags.session_present)  # fmt: skip
+
+    def _on_subscribe(self, client, userdata, mid, reason_codes, properties) -> None:
+        if mid != self._subscription:
+            return
+        if any(code.is_failure for code in reason_codes):
+            log.warning("MQTT broker refused a subscription to %s: %s",
+                        self.settings.topics, reason_codes)  # fmt: skip
+        self.connected.set()
 
     def _on_disconnect(self, client, userdata, flags, reason_code, properties) -> None:
         if self.connected.is_set():

@@ -24,9 +24,10 @@ REYNOLDS = 1600.0
 DNS_PEAK, DNS_PEAK_TIME = 0.0128, 9.0
 # cells per side of the 2 pi box, convective time units run, lattice velocity of U0
 SETTINGS = {"full": (64, 20.0, 0.1), "fast": (24, 1.0, 0.1)}
-# peak eps* within 5 % (the goal); fast (24^3, a smoke test of the pipeline: far too
-# coarse for the physics, its first chunk loses 36 x the laminar 3/(8 Re)): the initial energy
-# U0^2/8, and the energy never rising (an unstable run gains energy before it diverges)
+# peak eps* within 5 % (the goal; measured 6.1 % low at 64^3: 0.01202 at t* = 8.44, the
+# report shows it failing until a 128^3 run, ~40 min here, is affordable); fast (24^3, a smoke
+# test of the pipeline, far too coarse for the physics): the initial energy U0^2/8, and the
+# energy never rising (an unstable run gains energy before it diverges)
 TOLERANCE = {"full": {"peak": 0.05}, "fast": {"energy": 1e-3, "rise": 0.0}}
 CHUNK = 20  # steps between energy samples (t* = 0.06 at 64^3)
 
@@ -80,7 +81,7 @@ def taylor_green_re1600(ctx: Context) -> CaseResult:
         f"- peak eps* = {diag['dissipation_peak']:.5f} at "
         f"t* = {diag['dissipation_peak_time']:.2f}; "
         f"E*(0) = {diag['energy_initial']:.5f}; eps*(0) = {diag['dissipation_initial']:.3g} "
-        f"(laminar 3/(8 Re) = {diag['dissipation_initial_exact']:.3g}).",
+        f"(laminar 3/(4 Re) = {diag['dissipation_initial_exact']:.3g}).",
     ]
     fig, (ax0, ax1) = plots.figure(2, width=4.6)
     ax0.plot(t, energy, lw=1.0, label=f"LBM KBC {n}^3")
