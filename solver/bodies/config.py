@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from solver.errors import ConfigError
+from solver.paths import original_path
 from solver.sections import Section
 
 CONTACT_MODELS = ("hertz", "linear")  # = solver.bodies.step.CONTACT_MODELS (not imported: JAX-free)
@@ -400,23 +401,7 @@ def _scene(s: Section) -> SceneCaseConfig:
 
 
 def _original_path(path: str) -> str:
-    """An absolute path; a relative one is taken from the directory the app was started in
-    (Hydra's original working directory, which differs from the cwd with hydra.job.chdir=true)."""
-    from pathlib import Path
-
-    p = Path(path).expanduser()
-    if p.is_absolute():
-        return str(p)
-    base = Path.cwd()
-    try:
-        from hydra.core.hydra_config import HydraConfig
-        from hydra.utils import get_original_cwd
-
-        if HydraConfig.initialized():
-            base = Path(get_original_cwd())
-    except ImportError:  # plain-data use without Hydra installed
-        pass
-    return str(base / p)
+    return str(original_path(path))
 
 
 def _ensemble(s: Section) -> EnsembleConfig:

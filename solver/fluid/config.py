@@ -14,6 +14,7 @@ from pathlib import Path
 from kernels.lattices import LATTICES
 from solver.errors import ConfigError
 from solver.fluid.geometry.mesh import UNITS as MESH_UNITS
+from solver.paths import original_path
 from solver.sections import Section
 
 PRECISIONS = ("float32", "float64")
@@ -341,24 +342,13 @@ def _geometry(s: Section) -> GeometryConfig:
 
 
 def _mesh_path(path: str) -> str:
-    """An absolute path: a relative one is taken from the directory the app was started in
-    (Hydra's original working directory), or else from the repository root, where the sample
-    meshes of data/meshes/ live (so the shipped configs work from any directory)."""
-    p = Path(path).expanduser()
-    if p.is_absolute():
-        return str(p)
-    base = Path.cwd()
-    try:
-        from hydra.core.hydra_config import HydraConfig
-        from hydra.utils import get_original_cwd
-
-        if HydraConfig.initialized():
-            base = Path(get_original_cwd())
-    except ImportError:  # plain-data use without Hydra installed
-        pass
-    if not (base / p).exists() and (REPOSITORY / p).exists():
-        return str(REPOSITORY / p)
-    return str(base / p)
+    """An absolute path (``solver.paths.original_path``), or else one from the repository root,
+    where the sample meshes of data/meshes/ live (so the shipped configs work from any
+    directory)."""
+    resolved = original_path(path)
+    if not resolved.exists() and (REPOSITORY / path).exists():
+        return str(REPOSITORY / path)
+    return str(resolved)
 
 
 # case.name -> the parser of the ``case`` section of that fluid case
