@@ -11,6 +11,7 @@ from validation.cases import (
     coupled,
     cylinder,
     geometry,
+    stability,
     taylor_green,
     turbulence,
 )
@@ -31,6 +32,7 @@ CASES: dict[str, Callable[[Context], CaseResult]] = {
     "schaefer_turek_2d2": cylinder.schaefer_turek_2d2,
     "schaefer_turek_2d3": cylinder.schaefer_turek_2d3,
     "taylor_green_re1600": turbulence.taylor_green_re1600,
+    "stability": stability.stability,
     "settling_sphere": coupled.settling_sphere,
     "sphere_array": coupled.sphere_array,
     "dkt": coupled.dkt,
@@ -50,6 +52,13 @@ BODY_CASES = ("projectile", "bounce", "incline", "cradle", "tumbling")
 # vortex compiles a D3Q27 KBC program (its energy series is tested in tests/test_cases_run.py).
 # sphere_re100's fast variant is two 3D tunnel runs of a minute each (tests/test_geometry.py
 # checks the STL-vs-exact agreement on a small grid in make test).
-FULL_ONLY = ("dkt", "wet_bounce", "schaefer_turek_2d3", "taylor_green_re1600", "sphere_re100")
+FULL_ONLY = (
+    "dkt",
+    "wet_bounce",
+    "schaefer_turek_2d3",
+    "taylor_green_re1600",
+    "sphere_re100",
+    "stability",
+)
 
 __all__ = ["BODY_CASES", "CASES", "FULL_ONLY"]
