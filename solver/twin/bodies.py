@@ -166,6 +166,9 @@ class BodyTwinHook:
         self.twin: BodyTwin | None = None
 
     def start(self, model, output_dir: Path, first_step: int) -> None:
+        if self.config.health.port is not None:
+            raise ConfigError("twin.health.port", self.config.health.port,
+                              "null for a body twin (not yet)")  # fmt: skip
         kinematic, given, state_orientation = model.pose_frames()
         self.twin = BodyTwin(self.config, kinematic, given, state_orientation, model.dt,
                              output_dir)  # fmt: skip

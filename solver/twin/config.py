@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from solver.errors import ConfigError
+from solver.twin.health import HealthConfig
 from solver.twin.messages import MAX_MESSAGE_BYTES
 from solver.twin.mqtt import MqttSettings
 from solver.twin.sensors import Sensor, parse_sensors
@@ -90,6 +91,8 @@ class TwinConfig:
     metrics_port: serve Prometheus metrics on this port while running (0: any free port,
         logged); None: no metrics server.
     metrics_address: the address the metrics server binds (127.0.0.1: this machine only).
+    health: the HTTP liveness and readiness endpoints (``solver/twin/health.py``; off by
+        default).
     service: run until SIGTERM (then checkpoint and exit 0) instead of ``steps``.
     realtime: the real-time factor, the warning and the policy for falling behind.
     """
@@ -114,6 +117,7 @@ class TwinConfig:
     enkf: EnkfConfig = EnkfConfig(False, 16, 1.05, 0.02, 0.1)
     forecast: ForecastConfig = ForecastConfig(False, 1.0, 0.5, 0.05, (1.0,), None)
     realtime: RealtimeConfig = RealtimeConfig()
+    health: HealthConfig = HealthConfig()
 
     @property
     def enabled(self) -> bool:
@@ -269,6 +273,7 @@ def parse_twin(data: Any) -> TwinConfig:
         or not 0 <= metrics_port < 65536
     ):  # fmt: skip
         raise ConfigError("twin.metrics_port", metrics_port, "null or an integer in [0, 65535]")
+    health = _health(s.get("health", {}), mode, metrics_port, enkf.enabled)
     return TwinConfig(
         mode=mode,
         sensors=sensors,
@@ -292,4 +297,26 @@ def parse_twin(data: Any) -> TwinConfig:
         enkf=enkf,
         forecast=forecast,
         realtime=realtime,
+        health=health,
+    )
+
+
+def _health(data: Any, mode: str, metrics_port: int | None, enkf: bool) -> HealthConfig:
+    """The ``twin.health`` section: the liveness and readiness endpoints."""
+    h = _Keys("twin.health", data if data is not None else {})
+    port = h.get("port")
+    if port is not None and (
+        isinstance(port, bool) or not isinstance(port, int) or not 0 <= port < 65536
+    ):  # fmt: skip
+        raise ConfigError("twin.health.port", port, "null or an integer in [0, 65535]")
+    if port is not None and port != 0 and port == metrics_port:
+        raise ConfigError("twin.health.port", port, "a port other than twin.metrics_port")
+    if port is not None and (mode == "none" or enkf):
+        raise ConfigError("twin.health.port", port,
+                          "null without a twin or with twin.enkf (not yet)")  # fmt: skip
+    return HealthConfig(
+        port=port,
+        address=h.text("address", "127.0.0.1"),
+        deadline=h.number("deadline", 30.0, 0.0, open_low=True),
+        startup_deadline=h.number("startup_deadline", 600.0, 0.0, open_low=True),
     )

@@ -92,6 +92,8 @@ class TwinHook:
         self.schedule: Schedule | None = None
         self.monitor = RealTimeMonitor(config.realtime, self.rate)
         self.ready_path: Path | None = None
+        self.health = None
+        self.health_server = None
 
     # --- ChunkHook ---
 
@@ -208,6 +210,8 @@ class TwinHook:
             except ValueError as err:
                 raise ConfigError("twin.mqtt", "...", "usable credentials", hint=str(err)) from None
             self.source.start()
+        if cfg.health.port is not None:
+            self._serve_health()
         if cfg.metrics_port is not None:
             from solver.twin.metrics import TwinMetrics
 
@@ -222,6 +226,22 @@ class TwinHook:
             "twin: %s, %d sensor(s), %s", cfg.mode, len(cfg.sensors),
             "assimilating" if self.assimilate else "free run (no assimilation)",
         )  # fmt: skip
+
+    def _serve_health(self) -> None:
+        """Start ``/livez`` and ``/readyz`` (``solver.twin.health``); MQTT: ready only while
+        the broker is connected (subscribed)."""
+        from solver.twin.health import Health, HealthServer
+
+        cfg = self.config.health
+        connected = self.source.connected.is_set if self.config.mode == "mqtt" else None
+        self.health = Health(cfg.deadline, cfg.startup_deadline, connected)
+        try:
+            self.health_server = HealthServer(self.health, cfg.port, cfg.address)
+        except OSError as err:
+            raise ConfigError("twin.health.port", cfg.port, "a free port on twin.health.address",
+                              hint=str(err)) from None  # fmt: skip
+        log.info("twin: health endpoints on http://%s:%d/livez and /readyz", cfg.address,
+                 self.health_server.port)  # fmt: skip
 
     def ready(self, model, state, first_step: int, chunk: int) -> float:
         """Before the first chunk: with a rate to keep, time ``chunk``-step chunks on a copy of
@@ -272,6 +292,8 @@ class TwinHook:
 
     def after_chunk(self, step: int, model, state):
         """Assimilate what came due by ``step``; a new inflow replaces ``model.geometry``."""
+        if self.health is not None:  # the loop advanced: a chunk ended
+            self.health.advanced(step)
         state, model.geometry = self._after_chunk(step, state, model.geometry)
         return state
 
@@ -484,6 +506,8 @@ class TwinHook:
             self.ready_path.unlink(missing_ok=True)
         if self._probe_log is not None:
             self._probe_log.close()
+        if self.health_server is not None:
+            self.health_server.close()
         if self.metrics is not None:
             self.metrics.close()
         if self.ingestor is not None:
