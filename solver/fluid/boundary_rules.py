@@ -331,11 +331,15 @@ def open_boundary(
         if has_solid:
             solid_face = lax.index_in_dim(pull.geometry["solid_interior"], face_index, ob.axis)
             keep = solid_face if keep is None else keep | solid_face
+        # only the directions a rule replaced are written back: an update of f_i whose value
+        # reads the face of another f_j that is itself updated in place made XLA copy every
+        # written array in full (the convective outlet's density relaxation: -45 % MLUPS)
+        changed = [v is not c for v, c in zip(values, current, strict=True)]
         if keep is not None:
             values = [jnp.where(keep, c, v) for v, c in zip(values, current, strict=True)]
         return [
-            lax.dynamic_update_slice(p, v.astype(p.dtype), start)
-            for p, v in zip(f, values, strict=True)
+            lax.dynamic_update_slice(p, v.astype(p.dtype), start) if new else p
+            for p, v, new in zip(f, values, changed, strict=True)
         ]
 
     return apply
