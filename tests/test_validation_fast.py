@@ -65,3 +65,22 @@ def test_nan_error_fails_and_table_aligns() -> None:
     table = format_table([ok, diverged]).splitlines()
     assert len({len(line.rstrip()) for line in table[:2]}) == 1
     assert "FAIL" in table[-1] and "**FAIL**" in markdown_table([diverged])
+
+
+def test_operator_context_swaps_the_collision(tmp_path: Path) -> None:
+    """The operators case reruns each case with another fluid.collision (KBC on D3Q27)."""
+    trt = ["case=duct", "fluid=d3q19", "fluid.collision=trt", "case.resolution=8"]
+    kbc = Context(fast=True, out=tmp_path, work=tmp_path, collision="kbc")
+    assert kbc._with_collision(trt) == [
+        "case=duct",
+        "fluid=d3q27",
+        "fluid.collision=kbc",
+        "case.resolution=8",
+    ]
+    regularized = Context(fast=True, out=tmp_path, work=tmp_path, collision="regularized")
+    assert regularized._with_collision(trt)[1:3] == ["fluid=d3q19", "fluid.collision=regularized"]
+    assert regularized._with_collision(["case=cavity"]) == [
+        "case=cavity",
+        "fluid.collision=regularized",
+    ]
+    assert regularized.plot_path("duct")[1] == "duct_regularized.png"

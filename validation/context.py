@@ -24,6 +24,9 @@ class Context:
     work: directory for the solver's own output, one sub-directory per run.
     stops: the suite's stop requests (None: not watched); no run starts after one.
     body_precision: ``bodies.precision`` of the rigid-body cases (float64 or float32).
+    collision: run every fluid case with this ``fluid.collision`` in place of the one it
+        names (None: as written); KBC, which has no D3Q19 set, moves D3Q19 runs to D3Q27.
+        Runs and plots are then named with the operator (``validation.cases.operators``).
     """
 
     fast: bool
@@ -31,6 +34,7 @@ class Context:
     work: Path
     stops: SuiteStops | None = None
     body_precision: str = "float64"
+    collision: str | None = None
 
     def pick(self, full: T, fast: T) -> T:
         """The full-size or the fast value."""
@@ -44,12 +48,29 @@ class Context:
         """
         if self.stops is not None:
             self.stops.check()
+        if self.collision is not None:
+            overrides = self._with_collision(overrides)
+            label = f"{self.collision} {label}"
         slug = re.sub(r"[^A-Za-z0-9_.-]+", "_", label).strip("_")
         if self.fast:  # short runs: one chunk (one compilation), no progress lines needed
             overrides = [f"chunk={FAST_CHUNK}", *overrides]
         return simulate(overrides, self.work / case / slug, label)
 
+    def _with_collision(self, overrides: list[str]) -> list[str]:
+        out = []
+        for item in overrides:
+            if item.startswith("fluid.collision="):
+                item = f"fluid.collision={self.collision}"
+            elif item == "fluid=d3q19" and self.collision == "kbc":
+                item = "fluid=d3q27"
+            out.append(item)
+        if not any(item.startswith("fluid.collision=") for item in out):
+            out.append(f"fluid.collision={self.collision}")
+        return out
+
     def plot_path(self, name: str) -> tuple[Path, str]:
         """Absolute path for a PNG and its path relative to the report directory."""
         self.out.mkdir(parents=True, exist_ok=True)
+        if self.collision is not None:
+            name = f"{name}_{self.collision}"
         return self.out / f"{name}.png", f"{name}.png"

@@ -11,6 +11,7 @@ from validation.cases import (
     coupled,
     cylinder,
     geometry,
+    operators,
     stability,
     taylor_green,
     turbulence,
@@ -33,6 +34,7 @@ CASES: dict[str, Callable[[Context], CaseResult]] = {
     "schaefer_turek_2d3": cylinder.schaefer_turek_2d3,
     "taylor_green_re1600": turbulence.taylor_green_re1600,
     "stability": stability.stability,
+    "operators": operators.operators,
     "settling_sphere": coupled.settling_sphere,
     "sphere_array": coupled.sphere_array,
     "dkt": coupled.dkt,
@@ -50,6 +52,8 @@ BODY_CASES = ("projectile", "bounce", "incline", "cradle", "tumbling")
 # each): run by `python -m validation` and `make validate` only.
 # 2D-3 needs its full 8 s at 20 cells per diameter or more (tau >= 0.535); the Re = 1600
 # vortex compiles a D3Q27 KBC program (its energy series is tested in tests/test_cases_run.py).
+# operators reruns seven fluid cases with three operators (its override rewriting is tested
+# in tests/test_validation_fast.py; the operators themselves in test_kernels_collision_robust).
 # sphere_re100's fast variant is two 3D tunnel runs of a minute each (tests/test_geometry.py
 # checks the STL-vs-exact agreement on a small grid in make test).
 FULL_ONLY = (
@@ -59,6 +63,7 @@ FULL_ONLY = (
     "taylor_green_re1600",
     "sphere_re100",
     "stability",
+    "operators",
 )
 
 __all__ = ["BODY_CASES", "CASES", "FULL_ONLY"]
