@@ -12,7 +12,7 @@ APT_PACKAGES := slurm-wlm munge libopenmpi-dev openmpi-bin mosquitto openssl lam
 # runtime needs. On a GPU cluster: `make test MPI4JAX_CUDA_PATH=/usr/local/cuda`.
 MPI4JAX_CUDA_PATH ?= $(CURDIR)/$(VENV)/no-cuda
 
-.PHONY: run test lint format validate bench clean system-packages
+.PHONY: run test lint format validate bench clean system-packages gpu-install gpu-check
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -79,6 +79,27 @@ validate: $(TEST_STAMP)
 
 test-long: $(TEST_STAMP)
 	$(BIN)/python -m pytest -q -m long $(PYTEST_PARALLEL) $(PYTEST_ARGS)
+
+# GPU nodes: the CUDA jaxlib (the `gpu` extra) and mpi4jax rebuilt from source against the real
+# CUDA (the test stamp's build has no CUDA extension and pip's wheel cache would keep it), then
+# checked: JAX's back end must be gpu and, where MPI exists, mpi4jax's CUDA extension must load.
+CUDA_PATH ?= /usr/local/cuda
+gpu-install: $(STAMP)
+	$(BIN)/python -m pip install --quiet -e '.[dev,gpu]'
+	@if command -v mpicc >/dev/null; then \
+		echo "building mpi4jax against CUDA_PATH=$(CUDA_PATH)"; \
+		CUDA_PATH="$(CUDA_PATH)" $(BIN)/python -m pip install --quiet --no-cache-dir \
+			--force-reinstall --no-deps --no-binary mpi4jax 'mpi4jax>=0.9,<0.10' || exit 1; \
+		$(BIN)/python -c "from mpi4jax._src.xla_bridge import HAS_CUDA_EXT; \
+			assert HAS_CUDA_EXT, 'mpi4jax has no CUDA extension: set CUDA_PATH to the CUDA toolkit'"; \
+	fi
+	$(BIN)/python -c "import jax; b = jax.default_backend(); \
+		assert b == 'gpu', f'JAX back end is {b}, not gpu: no CUDA jaxlib or no visible GPU'"
+
+# The GPU acceptance check (docs/performance.md, "GPU"): bandwidth, MLUPS per lattice and storage,
+# bytes per cell, agreement with the CPU, halo exchange and weak scaling with >= 2 GPUs.
+gpu-check: gpu-install
+	$(BIN)/python -m solver.bench gpu-check $(ARGS)
 
 bench: $(STAMP)
 	$(BIN)/python -m solver.bench $(ARGS)

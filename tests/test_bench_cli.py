@@ -29,3 +29,22 @@ def test_bench_reports_every_row_with_a_consistent_roofline(tmp_path):
         assert row["roofline_mlups"] == pytest.approx(expected, rel=1e-6)
         assert row["fraction"] == pytest.approx(row["mlups"] / row["roofline_mlups"], rel=1e-6)
         assert row["peak_bytes_per_cell"] >= 2 * q * 4
+
+
+def test_gpu_check_without_a_gpu_says_so_and_exits_2():
+    """No GPU here: the check refuses to report CPU figures as GPU ones."""
+    result = subprocess.run(
+        [sys.executable, "-m", "solver.bench", "gpu-check"], capture_output=True, text=True
+    )
+    assert result.returncode == 2, result.stderr
+    assert "not gpu" in result.stderr and "make gpu-install" in result.stderr
+
+
+def test_gpu_check_probe_is_a_real_loop():
+    """The copy probe (its trip count a runtime value, so XLA:GPU cannot fuse the iterations
+    into one pass) reports a plausible rate; the datasheet is found by device kind."""
+    from solver.bench.gpu_check import copy_bandwidth, datasheet
+
+    rate = copy_bandwidth(2**24, 4)
+    assert 1e8 < rate < 1e13
+    assert datasheet("NVIDIA H200") == 4.8e12 and datasheet("cpu") is None

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 from solver_cli import ROOT, run_solver
 
-from solver.errors import PreemptedError
+from solver.distributed.runtime import check_granted_gpus, granted_gpus
+from solver.errors import ConfigError, PreemptedError
 from solver.output.directory import check_directory, directory_problem
 from validation.report import CaseResult, Check
 
@@ -184,3 +185,32 @@ def test_sigterm_stops_the_validation_suite(tmp_path):
     report = (tmp_path / "report.md").read_text()
     assert "couette was interrupted (stopped by SIGTERM)" in report
     assert "not run: poiseuille" in report
+
+
+# ------------------------------------------------------------------ GPUs granted, CPU back end
+
+
+def test_granted_gpus_reads_slurm():
+    assert granted_gpus({}) == 0
+    assert granted_gpus({"SLURM_GPUS_ON_NODE": "4"}) == 0  # not a Slurm job
+    assert granted_gpus({"SLURM_JOB_ID": "7", "SLURM_GPUS_ON_NODE": "4"}) == 4
+    assert granted_gpus({"SLURM_JOB_ID": "7", "SLURM_JOB_GPUS": "0,1,3"}) == 3
+    assert granted_gpus({"SLURM_JOB_ID": "7"}) == 0
+    job = {"SLURM_JOB_ID": "7", "SLURM_GPUS_ON_NODE": "2"}
+    check_granted_gpus(job, "gpu")
+    check_granted_gpus({**job, "JAX_PLATFORMS": "cpu"}, "cpu")  # CPUs asked for on purpose
+    check_granted_gpus({"SLURM_JOB_ID": "7"}, "cpu")
+    with pytest.raises(ConfigError, match=r"JAX back end = 'cpu': allowed gpu \(Slurm granted 2"):
+        check_granted_gpus(job, "cpu")
+
+
+def test_gpu_job_without_a_gpu_jaxlib_exits_2_at_start(tmp_path):
+    """No GPU here: the Slurm variables of a job granted GPUs are set by hand, JAX finds none
+    (this machine's jaxlib is the CPU one), and the run stops before it compiles anything."""
+    result = run_solver(
+        [*SMALL_RUN, f"hydra.run.dir={tmp_path}"],
+        env_extra={"JAX_PLATFORMS": "", "SLURM_JOB_ID": "1", "SLURM_GPUS_ON_NODE": "2"},
+    )
+    line = _one_line(result)
+    assert "JAX back end = 'cpu': allowed gpu (Slurm granted 2 GPU(s)" in line
+    assert "make gpu-install" in line

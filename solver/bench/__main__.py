@@ -1,5 +1,5 @@
 """`python -m solver.bench [NAME] [options]`, NAME one of fluid, scaling, bodies, twin, twin_stall,
-checkpoint, coupled, geometry.
+checkpoint, coupled, geometry, gpu-check.
 
 Without a benchmark name the fluid benchmark runs (MLUPS per lattice and precision against the
 measured memory-copy roofline); each name is one module of this package.
@@ -19,6 +19,7 @@ BENCHMARKS = (
     "checkpoint",
     "coupled",
     "geometry",
+    "gpu-check",
 )
 
 
@@ -26,7 +27,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     name = argv[0] if argv[:1] and argv[0] in BENCHMARKS else "fluid"
     rest = argv[1:] if argv[:1] == [name] else argv
-    return importlib.import_module(f"solver.bench.{name}").main(rest)
+    return importlib.import_module(f"solver.bench.{name.replace('-', '_')}").main(rest)
 
 
 if __name__ == "__main__":

@@ -180,6 +180,9 @@ def start(halo: str, env: dict | None = None) -> Runtime:
         # when Slurm already left a single GPU visible
         jax.distributed.initialize(local_device_ids=None if gpu is None else [gpu])
     runtime = Runtime(halo, launch, comm)
+    import jax
+
+    check_granted_gpus(os.environ if env is None else env, jax.default_backend())
     if runtime.process_count > 1:
         _check_one_device_per_process(runtime)
     _STARTED[halo] = runtime
@@ -239,6 +242,42 @@ def _gpu_index(launch: LaunchEnvironment) -> int | None:
             hint="launch one task per GPU",
         )
     return launch.local_rank
+
+
+def granted_gpus(env: dict) -> int:
+    """GPUs Slurm granted this job on this node (0 outside Slurm or without GPUs)."""
+    if "SLURM_JOB_ID" not in env:
+        return 0
+    on_node = env.get("SLURM_GPUS_ON_NODE", "").strip()
+    if on_node.isdigit():
+        return int(on_node)
+    listed = env.get("SLURM_STEP_GPUS") or env.get("SLURM_JOB_GPUS") or ""
+    return len([g for g in listed.split(",") if g.strip()])
+
+
+def check_granted_gpus(env: dict, backend: str) -> None:
+    """Stop when Slurm granted GPUs but JAX runs on another back end.
+
+    Without a CUDA jaxlib JAX silently falls back to the CPUs (and, with several processes, to
+    gloo collectives): a GPU job would run hundreds of times slower and never say why.
+    ``JAX_PLATFORMS=cpu`` (what the launch templates set for ``SOLVER_GPUS_PER_NODE=0``) asks
+    for the CPUs on purpose and is respected.
+
+    Raises:
+        ConfigError: GPUs granted, ``backend`` (``jax.default_backend()``) not ``gpu``.
+    """
+    gpus = granted_gpus(env)
+    if gpus == 0 or backend in ("gpu", "cuda", "rocm"):
+        return
+    if env.get("JAX_PLATFORMS", "").strip().lower() == "cpu":
+        return
+    raise ConfigError(
+        "JAX back end",
+        backend,
+        f"gpu (Slurm granted {gpus} GPU(s) on this node)",
+        hint="install a CUDA jaxlib (make gpu-install, i.e. pip install -e '.[gpu]'), or set "
+        "JAX_PLATFORMS=cpu to run on the CPUs on purpose",
+    )
 
 
 def _check_one_device_per_process(runtime: Runtime) -> None:
