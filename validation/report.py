@@ -146,8 +146,10 @@ def append_report(
         out += [f"### {r.name} ({took})", ""]
         for k, note in enumerate(r.notes):
             out.append(note)
-            if not note.startswith("- ") and k + 1 < len(r.notes):
-                out.append("")  # a paragraph, then the list of runs
+            # a paragraph ends with a blank line; list items and the rows of a table do not
+            # (a blank line inside a table would end it)
+            if not note.startswith(("- ", "|")) and k + 1 < len(r.notes):
+                out.append("")
         out += [""]
         out += [f"![{r.name}: {Path(p).stem}]({p})" for p in r.plots]
         out += [""]
