@@ -84,3 +84,19 @@ def test_operator_context_swaps_the_collision(tmp_path: Path) -> None:
         "fluid.collision=regularized",
     ]
     assert regularized.plot_path("duct")[1] == "duct_regularized.png"
+
+
+def test_operator_table_lines_up_checks_by_quantity() -> None:
+    from validation.cases import operators
+    from validation.report import CaseResult, Check
+
+    def result(name: str, error: float, where: str) -> CaseResult:
+        return CaseResult(name, checks=[Check(name, f"max|u| err{where}", 1.0, 1.0, error, 0.1)])
+
+    by_op = {
+        op: {name: result(name, 0.05 * (k + 1), f" (at y={k})") for name, _ in operators.RERUN}
+        for k, op in enumerate(operators.OPERATORS)
+    }
+    rows = operators._table(by_op)
+    assert rows[1].startswith("| case | quantity | TRT | regularized | KBC |")
+    assert "| taylor_green | max\\|u\\| err | 0.05 | 0.1 | 0.15 (FAIL) | 0.1 |" in rows
