@@ -3,11 +3,11 @@
 This is the only module that reads Hydra/OmegaConf objects. ``load(cfg)`` turns the composed
 ``DictConfig`` into frozen dataclasses before anything is traced; each package validates its own
 section (``solver.fluid.config``, ``solver.bodies.config``, ``solver.output.config``,
-``solver.distributed.config``, ``solver.checkpoint.config``, ``solver.twin.config``) and this
-module composes them and checks what crosses sections. A bad value raises ``ConfigError`` whose
-message is one line naming the key, the value and the allowed range. Checks that need the unit
-conversion (tau, Mach, cells per diameter) happen when a case is built (``solver.fluid.cases``),
-still before tracing, and raise the same error.
+``solver.distributed.config``, ``solver.checkpoint.config``, ``solver.twin.config``,
+``solver.telemetry.config``) and this module composes them and checks what crosses sections. A
+bad value raises ``ConfigError`` whose message is one line naming the key, the value and the
+allowed range. Checks that need the unit conversion (tau, Mach, cells per diameter) happen when
+a case is built (``solver.fluid.cases``), still before tracing, and raise the same error.
 
 The sections' types are re-exported here (``from solver.config import CylinderConfig`` works).
 """
@@ -68,6 +68,7 @@ from solver.fluid.config import (
 )
 from solver.output.config import PNG_FIELDS, OutputConfig, parse_output
 from solver.sections import Section
+from solver.telemetry.config import TelemetryConfig, parse_telemetry
 from solver.twin.config import TwinConfig, parse_twin
 
 __all__ = [
@@ -113,6 +114,7 @@ __all__ = [
     "SettlingSphereConfig",
     "SphereArrayConfig",
     "TaylorGreenConfig",
+    "TelemetryConfig",
     "TumblingConfig",
     "from_dict",
     "load",
@@ -135,6 +137,7 @@ class RunConfig:
     bodies: BodiesConfig = BodiesConfig.default()  # rigid-body ensembles
     twin: TwinConfig | None = None  # digital twin (solver.twin.config); None: off
     coupling: CouplingConfig = CouplingConfig()  # bodies in the fluid (solver.coupling)
+    telemetry: TelemetryConfig = TelemetryConfig()  # per-rank timings (solver.telemetry)
 
 
 CASE_PARSERS = {
@@ -190,6 +193,11 @@ def from_dict(data: dict) -> RunConfig:
         bodies=bodies,
         twin=_twin(data.get("twin"), case, bodies, coupling),
         coupling=coupling,
+        telemetry=(
+            parse_telemetry(Section("telemetry", data["telemetry"]))
+            if "telemetry" in data
+            else TelemetryConfig()
+        ),
     )
 
 

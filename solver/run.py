@@ -15,6 +15,8 @@ The loop does everything between chunks, once, for every model:
   run at the next chunk end with a checkpoint, run.json status "preempted" and
   ``PreemptedError`` (exit 75; 76 without checkpoints; 0 for a service's SIGTERM);
 - chunk hooks (``ChunkHook``: the digital twin) between chunks;
+- telemetry (``solver.telemetry``): per rank and chunk the chunk, host and synchronisation
+  times and memory to telemetry.csv, straggler detection, Prometheus gauges (``telemetry.port``);
 - run.json: the loop's fields (status, steps, times, outputs, checkpoint, config) plus the
   model's own section.
 
@@ -25,6 +27,7 @@ from __future__ import annotations
 
 import logging
 import time
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,6 +39,7 @@ from solver.errors import PreemptedError
 from solver.model import UNBOUNDED_STEPS, ChunkHook
 from solver.output.progress import Progress
 from solver.output.summary import write_run_json
+from solver.telemetry.session import Telemetry
 
 log = logging.getLogger("solver")
 
@@ -119,15 +123,15 @@ def simulate(
         DivergenceError, BodyOverflowError: a model's health check failed, after run.json.
         PreemptedError: stopped by a signal, after a checkpoint (if enabled) and run.json.
     """
-    with StopRequests() as stops:
+    with StopRequests() as stops, ExitStack() as cleanup:
         try:
-            return _run(config, Path(output_dir), interactive, stops, hook, model_factory)
+            return _run(config, Path(output_dir), interactive, stops, hook, model_factory, cleanup)
         finally:
             if hook is not None:
                 hook.close()
 
 
-def _run(config, output_dir, interactive, stops, hook, model_factory) -> Outcome:
+def _run(config, output_dir, interactive, stops, hook, model_factory, cleanup) -> Outcome:
     t_start = time.perf_counter()
     runtime = start(config.domain.halo)
     stops.reinstall()  # jax.distributed may have taken SIGTERM over
@@ -155,6 +159,10 @@ def _run(config, output_dir, interactive, stops, hook, model_factory) -> Outcome
         state = model.restored(resumed.state, resumed.host, resumed.step)
         done = resumed.step
     outputs = model.open_outputs(done, resumed is not None, state)
+    telemetry = Telemetry(
+        config.telemetry, runtime, output_dir, model.dt, resumed=resumed is not None
+    )
+    cleanup.callback(telemetry.close)  # the CSV file and the metrics endpoint, on every exit
     timing = {"rate": 0.0, "compile": 0.0, "run": 0.0}
     compiled: set[int] = set()
     schedule = model.schedule
@@ -199,9 +207,14 @@ def _run(config, output_dir, interactive, stops, hook, model_factory) -> Outcome
         summary["config"] = config.resolved
         if hook is not None:
             summary[hook.name] = hook.summary()
+        telemetry_summary = telemetry.summary()
+        if telemetry_summary is not None:
+            summary["telemetry"] = telemetry_summary
+            summary["outputs"]["telemetry"] = telemetry_summary["csv"]
         return write_run_json(output_dir / "run.json", summary) if root else summary
 
     timed_steps = 0
+    telemetry.begin()
     with Progress(
         None if unbounded else total,
         model.dt,
@@ -219,7 +232,8 @@ def _run(config, output_dir, interactive, stops, hook, model_factory) -> Outcome
             state, report = model.advance(state, n)
             problem = model.check(state, done + n)  # waits for the chunk
             seconds = time.perf_counter() - t0
-            if n in compiled:
+            compiling = n not in compiled
+            if not compiling:
                 timed_steps += n
                 timing["run"] += seconds
             else:  # the first chunk of each length compiles: timed apart
@@ -239,6 +253,7 @@ def _run(config, output_dir, interactive, stops, hook, model_factory) -> Outcome
             if done in schedule:
                 model.write(done, state)
             bar.update(done, timing["rate"] / 1e6)
+            telemetry.after_chunk(done, n, seconds, compiling, timing["rate"])
 
             def extras(step=done, state=state):
                 return model.checkpoint_host(step, state)
