@@ -15,6 +15,13 @@
 #                         checkpoint (exit code 75: time-limit warning, scancel --signal=USR1 or
 #                         TERM to the steps); default 5, 0 turns it off. The requeued job runs in
 #                         the same run dir and resumes from the newest checkpoint by itself.
+#   PREFLIGHT             1 (default): run `python -m solver.preflight` with the same overrides
+#                         on every task before the solver (report in <run dir>/preflight/); a
+#                         failing preflight stops the job with its exit code (20 versions,
+#                         21 canary, 22 slow link or storage, 2 configuration) and no requeue.
+#                         0: skip it.
+#   PREFLIGHT_ARGS        extra options for the preflight, e.g. "--allow-untested
+#                         --storage-mib 1024" (python -m solver.preflight --help)
 
 set -euo pipefail
 
@@ -93,6 +100,28 @@ stopped_with_checkpoint() {
     [[ -f "$summary" && "$summary" -nt "$run_started" ]] &&
         grep -q '"status": *"preempted"' "$summary"
 }
+
+# --- Preflight: versions, collectives, links, numerics and checkpoint storage of this job -----
+if [[ "${PREFLIGHT:-1}" != 0 ]]; then
+    preflight_dir="${run_dir}/preflight"
+    read -r -a preflight_args <<<"${PREFLIGHT_ARGS:-}"
+    preflight_status=0
+    srun "${srun_args[@]}" "$SOLVER_PYTHON" -m solver.preflight --out "$preflight_dir" \
+        "${preflight_args[@]}" "hydra.run.dir=${run_dir}" "$@" || preflight_status=$?
+    if ((preflight_status != 0)); then
+        # srun may report a task ended by --kill-on-bad-exit (143); this run's report holds
+        # the code
+        reported=""
+        if [[ "${preflight_dir}/preflight.json" -nt "$run_started" ]]; then
+            reported=$(grep -o '"exit_code": *[0-9]*' "${preflight_dir}/preflight.json" |
+                grep -o '[0-9]*$' || true)
+        fi
+        preflight_status="${reported:-$preflight_status}"
+        echo "solver_job: preflight failed (exit status ${preflight_status}, report in" \
+            "${preflight_dir}/); the solver does not run and the job is not requeued" >&2
+        exit "$preflight_status"
+    fi
+fi
 
 warned=0
 on_warning() {

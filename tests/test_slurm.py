@@ -266,7 +266,9 @@ def test_sbatch_template_forwards_warning_and_requeues(
     fake.write_text(FAKE_SOLVER)
     fake.chmod(0o755)
     job_name = "pytest-requeue"
-    env = _env(SOLVER_ROOT=str(REPO), SOLVER_PYTHON=str(fake), SOLVER_MAX_REQUEUES="1")
+    # PREFLIGHT=0: the fake python cannot run `-m solver.preflight`
+    env = _env(SOLVER_ROOT=str(REPO), SOLVER_PYTHON=str(fake), SOLVER_MAX_REQUEUES="1",
+               PREFLIGHT="0")  # fmt: skip
     job_id = cluster.submit(
         [
             *("--gpus-per-node=0", "--ntasks-per-node=2", "--cpus-per-task=1", "--time=4"),
@@ -303,7 +305,8 @@ def test_usr1_checkpoints_requeues_and_resumes_bitwise(
     and the requeued job resumes in the same run dir from that checkpoint and ends with fields
     bit-identical to an uninterrupted one-process run without Slurm."""
     job_name = "pytest-resume"
-    env = _env(SOLVER_ROOT=str(REPO), SOLVER_PYTHON=PYTHON)
+    # PREFLIGHT=0: two job starts, and the preflight is tested in tests/test_preflight_processes.py
+    env = _env(SOLVER_ROOT=str(REPO), SOLVER_PYTHON=PYTHON, PREFLIGHT="0")
     del env["JAX_PLATFORMS"]  # the template's CPU path sets it
     overrides = [*RESUME_CASE, TWO_BLOCKS, "domain.halo=xla"]
     job_id = cluster.submit(

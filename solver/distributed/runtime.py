@@ -19,6 +19,7 @@ from __future__ import annotations
 import importlib.util
 import logging
 import os
+import sys
 from dataclasses import dataclass
 from typing import Any
 
@@ -292,3 +293,19 @@ def _check_one_device_per_process(runtime: Runtime) -> None:
             hint="launch one task per device; on CPUs do not force a host device count "
             "(XLA_FLAGS --xla_force_host_platform_device_count) with several processes",
         )
+
+
+def mpi_library() -> str | None:
+    """The MPI library mpi4py is built on (first part of MPI_Get_library_version), None if
+    mpi4py is absent. MPI is not initialised for this: the call is allowed before MPI_Init."""
+    if "mpi4py.MPI" not in sys.modules:
+        try:
+            import mpi4py
+        except ImportError:
+            return None
+        mpi4py.rc.initialize = False  # nothing else in this process uses MPI (halo=xla)
+        mpi4py.rc.finalize = False
+    from mpi4py import MPI
+
+    text = MPI.Get_library_version().strip().splitlines()[0]
+    return text.split(", package")[0].strip()
