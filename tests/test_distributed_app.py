@@ -17,7 +17,12 @@ from mpi import mpirun
 from solver_cli import run_solver
 
 ROOT = Path(__file__).resolve().parent.parent
-CASE = ["case=cavity", "case.resolution=14", "steps=24", "output.every=12", "output.png=false"]
+# 5 chunks: the first compiles, the next 4 are judged by the straggler detection (3 in a row)
+CASE = ["case=cavity", "case.resolution=14", "steps=60", "output.every=12", "output.png=false"]
+# the xla job's rank 1 spends this much extra host time per chunk (test-only variable): its
+# telemetry must name it a straggler (tests/test_telemetry_mpi.py has the long variant that also
+# scrapes both ranks' gauges from rank 0's endpoint)
+STRAGGLER_DELAY = {"SOLVER_TELEMETRY_INJECT_DELAY": "1:0.3"}
 
 
 def solver(args: list[str], env_extra: dict | None = None) -> subprocess.CompletedProcess:
@@ -44,9 +49,16 @@ def single_run(tmp_path_factory) -> Path:
 def test_mpirun_processes_match_single(single_run, tmp_path, processes, halo, mesh):
     out = tmp_path / "run"
     overrides = [f"domain.mesh={mesh}", f"domain.halo={halo}", f"hydra.run.dir={out}"]
-    result = mpirun(processes, ["-m", "solver", *CASE, *overrides])
+    delay = STRAGGLER_DELAY if halo == "xla" else None
+    result = mpirun(processes, ["-m", "solver", *CASE, *overrides], extra_env=delay)
     assert result.returncode == 0, result.stderr[-3000:]
     summary = json.loads((out / "run.json").read_text())
+    stragglers = summary["telemetry"]["stragglers"]
+    if delay:
+        assert [s["rank"] for s in stragglers] == [1], stragglers
+        assert "straggler: rank 1 on host" in (out / "logs" / "process_0.log").read_text()
+    else:
+        assert stragglers == [], stragglers
     assert summary["status"] == "completed"
     assert summary["domain"]["processes"] == processes
     assert summary["domain"]["halo"] == halo

@@ -13,6 +13,7 @@ import time
 import urllib.request
 from pathlib import Path
 
+import pytest
 from mpi import ROOT, mpi_env, mpirun_or_skip
 
 DELAY_S = 0.3  # rank 1's extra host time per chunk: far above a 16 x 16 chunk's few ms
@@ -42,6 +43,8 @@ def _scrape_while_running(job: subprocess.Popen, log: Path) -> str:
     return ""
 
 
+# make test names the straggler in the 2-process xla job of tests/test_distributed_app.py
+@pytest.mark.long
 def test_mpi_straggler_named_with_host_in_log_and_run_json(tmp_path):
     out = tmp_path / "run"
     command = [mpirun_or_skip(), "-n", "2", "--bind-to", "none", sys.executable, "-m", "solver",
