@@ -12,10 +12,14 @@ Each scenario is a ``FluidSetup`` plus initial fields, built on the host with Nu
   (which reads the previous step's face) and a sponge layer (a random added tau per cell).
 In 3D the z faces are periodic. Two more periodic boxes with a body force exercise the robust
 collision operators (``COLLISION_SCENARIOS``, run where their lattice allows): ``kbc`` (D2Q9,
-D3Q27) and ``regularized`` (every lattice, with the Smagorinsky model).
+D3Q27) and ``regularized`` (every lattice, with the Smagorinsky model). ``fp16`` is the channel
+with float16 storage of the populations (``STORAGE_SCENARIOS``): 16-bit ghost buffers and halo
+messages, encoded and decoded in every step.
 """
 
 from __future__ import annotations
+
+import dataclasses
 
 import numpy as np
 
@@ -24,11 +28,17 @@ from solver.fluid.setup import BodyForce, FluidSetup, InflowSchedule, OpenBounda
 
 SCENARIOS = ("periodic", "channel", "curved", "open")
 COLLISION_SCENARIOS = ("kbc", "regularized")
+# scenario -> (the scenario it stores, storage dtype)
+STORAGE_SCENARIOS = {"fp16": ("channel", "float16")}
 SHAPES = {2: (16, 12), 3: (8, 8, 4)}
 
 
 def scenario(name: str, lattice_name: str, dtype: str = "float32"):
     """(setup, density (*shape), velocity (d, *shape)) for a scenario on a lattice."""
+    if name in STORAGE_SCENARIOS:
+        base, storage = STORAGE_SCENARIOS[name]
+        setup, density, velocity = scenario(base, lattice_name, dtype)
+        return dataclasses.replace(setup, storage=storage), density, velocity
     lattice = LATTICES[lattice_name]
     d = lattice.d
     shape = SHAPES[d]

@@ -4,7 +4,8 @@ The scenarios (tests/distributed_scenarios.py) cover periodic edges with a body 
 Smagorinsky model, resting and moving walls with an inlet, an outlet and a measured obstacle,
 curved (Bouzidi) walls, the link-wise ramped inlet with a convective outlet and a sponge, in 2D
 (D2Q9) and 3D (D3Q19, D3Q27); the KBC (D2Q9) and recursive regularized (D3Q19, with the
-Smagorinsky model) collisions on a periodic box with a body force. Fake CPU devices run in one
+Smagorinsky model) collisions on a periodic box with a body force; the channel with float16
+storage of the populations (D2Q9, fake devices). Fake CPU devices run in one
 process with the xla halo; MPI runs launch real ``mpirun`` jobs with both halo back ends.
 
 Bitwise except where a curved wall is involved: XLA:CPU contracts a*b + c into a fused
@@ -93,7 +94,8 @@ def finish(proc: subprocess.Popen, timeout: float = 1100) -> str:
         # both axes split with an interior shard along x (4 x 2: shifts between remote
         # neighbours on both sides, corners across shards); one split axis beside an unsplit
         # one in make test-long (make test has it in 3D: D3Q19 2x1x2, D3Q27 2x2x1 over MPI)
-        ("D2Q9", ["4,2"], ALL + ["kbc"], 5, ""),
+        # fp16: the channel with float16 storage (16-bit buffers and halo messages)
+        ("D2Q9", ["4,2"], ALL + ["kbc", "fp16"], 6, ""),
         pytest.param("D2Q9", ["1,2"], ALL, 4, "", marks=pytest.mark.long),
         # edges cross shards in x-z; 3D periodic edges are split over 4 MPI ranks (D3Q27)
         ("D3Q19", ["2,1,2"], ["channel", "curved", "regularized"], 3, FAST_COMPILE),
@@ -136,6 +138,8 @@ def test_curved_walls_bitwise_without_fma():
         pytest.param(4, "mpi", "D2Q9", ["2,2"], ["curved"], marks=pytest.mark.long),
         (4, "mpi", "D3Q27", ["2,2,1"], ["periodic"]),  # x-y edges cross shards
         (4, "xla", "D2Q9", ["2,2"], ["channel"]),  # "open" faces: fake devices 4 x 2
+        # float16 halo messages travel as uint16 over MPI (no MPI float16 type)
+        pytest.param(4, "mpi", "D2Q9", ["2,2"], ["fp16"], marks=pytest.mark.long),
     ],
 )
 def test_mpi_processes(processes, halo, lattice, meshes, scenarios):

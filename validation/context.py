@@ -27,6 +27,10 @@ class Context:
     collision: run every fluid case with this ``fluid.collision`` in place of the one it
         names (None: as written); KBC, which has no D3Q19 set, moves D3Q19 runs to D3Q27.
         Runs and plots are then named with the operator (``validation.cases.operators``).
+    storage: run every fluid case with this ``fluid.storage`` (None: as written); a case that
+        asks for ``fluid.precision=float64`` then computes in float32 (16-bit storage needs
+        float32 compute; float32 storage is float32 compute). Runs and plots are named with
+        the storage (``validation.cases.storage``).
     """
 
     fast: bool
@@ -35,6 +39,7 @@ class Context:
     stops: SuiteStops | None = None
     body_precision: str = "float64"
     collision: str | None = None
+    storage: str | None = None
 
     def pick(self, full: T, fast: T) -> T:
         """The full-size or the fast value."""
@@ -51,6 +56,9 @@ class Context:
         if self.collision is not None:
             overrides = self._with_collision(overrides)
             label = f"{self.collision} {label}"
+        if self.storage is not None:
+            overrides = self._with_storage(overrides)
+            label = f"{self.storage} {label}"
         slug = re.sub(r"[^A-Za-z0-9_.-]+", "_", label).strip("_")
         if self.fast:  # short runs: one chunk (one compilation), no progress lines needed
             overrides = [f"chunk={FAST_CHUNK}", *overrides]
@@ -68,9 +76,20 @@ class Context:
             out.append(f"fluid.collision={self.collision}")
         return out
 
+    def _with_storage(self, overrides: list[str]) -> list[str]:
+        """Fluid runs (those that name a ``fluid`` group or key) get ``fluid.storage`` and the
+        compute precision it goes with: float64 for float64 storage, else float32."""
+        if not any(item.startswith(("fluid=", "fluid.")) for item in overrides):
+            return overrides
+        precision = "float64" if self.storage == "float64" else "float32"
+        out = [i for i in overrides if not i.startswith(("fluid.storage=", "fluid.precision="))]
+        return [*out, f"fluid.precision={precision}", f"fluid.storage={self.storage}"]
+
     def plot_path(self, name: str) -> tuple[Path, str]:
         """Absolute path for a PNG and its path relative to the report directory."""
         self.out.mkdir(parents=True, exist_ok=True)
         if self.collision is not None:
             name = f"{name}_{self.collision}"
+        if self.storage is not None:
+            name = f"{name}_{self.storage}"
         return self.out / f"{name}.png", f"{name}.png"

@@ -4,6 +4,7 @@
                            [--sizes 64,128] [--steps 10] [--case periodic|walls|both]
                            [--repeats 5] [--json PATH] [--les none|smagorinsky]
                            [--collisions bgk,trt,regularized,kbc]
+                           [--storages float32,float16,bfloat16]
     python -m solver.bench scaling ...   (weak and strong scaling: see solver/bench/scaling.py)
     python -m solver.bench checkpoint ...   (cost of checkpoints: see solver/bench/checkpoint.py)
     python -m solver.bench bodies ...   (rigid-body step throughput: see solver/bench/bodies.py)
@@ -25,6 +26,11 @@ loop does) and reports, per row:
 
 Collisions: ``--collisions`` (default bgk) adds one row per operator of ``solver.fluid.collide``
 (kbc only on D2Q9 and D3Q27, and not with ``--les smagorinsky``: such rows are left out).
+
+Storage: ``--storages`` (default: each precision's own) adds one row per storage dtype of the
+populations (``FluidSetup.storage``, docs/storage.md: float16 and bfloat16 with float32 compute
+only; other pairs are left out). The roofline of a row counts the bytes of its storage dtype,
+2 q sizeof(storage) per cell, so a 16-bit row's roofline is twice the float32 one.
 
 Cases: "periodic" is a fully periodic box; "walls" is a duct periodic along x with solid layers
 on every other face (half-way bounce-back), which is what a channel or cavity pays for its walls.
@@ -54,6 +60,7 @@ import numpy as np
 from jax import lax
 
 from kernels.lattices import LATTICES, lattice_by_name
+from kernels.storage import SHIFTED, STORAGES
 from solver.fluid import step as fluid_step
 from solver.fluid.setup import COLLISIONS, TENSOR_PRODUCT_COLLISIONS, FluidSetup
 
@@ -72,6 +79,7 @@ class BenchResult:
     precision: str
     case: str
     collision: str
+    storage: str
     shape: tuple[int, ...]
     cells: int
     steps: int
@@ -119,9 +127,11 @@ def build_setup(
     edge: int,
     les: str = "none",
     collision: str = "bgk",
+    storage: str | None = None,
 ) -> FluidSetup:
     """A box of edge^d cells; for "walls" solid layers on every face not normal to x; ``les``
-    "smagorinsky" turns the subgrid model on (C_s = 0.17); ``collision`` names the operator."""
+    "smagorinsky" turns the subgrid model on (C_s = 0.17); ``collision`` names the operator,
+    ``storage`` the populations' storage dtype (None: the precision)."""
     lat = lattice_by_name(lattice_name)
     shape = (edge,) * lat.d
     solid = None
@@ -134,7 +144,8 @@ def build_setup(
             index[axis] = edge - 1
             solid[tuple(index)] = True
     return FluidSetup(lattice=lat, shape=shape, omega=1.0 / TAU, dtype=precision, solid=solid,
-                      les=les, les_cs=0.17, collision=collision)  # fmt: skip
+                      les=les, les_cs=0.17, collision=collision,
+                      storage=None if storage == precision else storage)  # fmt: skip
 
 
 def initial_fields(setup: FluidSetup) -> tuple[np.ndarray, np.ndarray]:
@@ -157,7 +168,8 @@ def _compile_chunk(
     chunk = fluid_step.make_chunk(setup)
     density, velocity = initial_fields(setup)
     state = fluid_step.initial_state(setup, density, velocity)
-    state = dataclasses.replace(state, populations=state.populations.astype(setup.dtype))
+    stored = setup.storage_dtype
+    state = dataclasses.replace(state, populations=state.populations.astype(stored))
     takes_geometry = len(inspect.signature(chunk).parameters) == 3
     if takes_geometry:
         geometry = fluid_step.make_geometry(setup)
@@ -201,9 +213,10 @@ def bench_one(
     copy_run: Callable[[], float],
     les: str = "none",
     collision: str = "bgk",
+    storage: str | None = None,
 ) -> BenchResult:
     """Time ``repeats`` chunks of ``steps`` steps, each right after one copy-bandwidth run."""
-    setup = build_setup(lattice_name, precision, case, edge, les, collision)
+    setup = build_setup(lattice_name, precision, case, edge, les, collision, storage)
     start = time.perf_counter()
     advance, state, compiled = _compile_chunk(setup, steps)
     state = advance(state)  # first call: warm-up (allocation, page faults)
@@ -220,7 +233,7 @@ def bench_one(
     if not bool(jnp.all(jnp.isfinite(populations))):
         raise FloatingPointError(f"{lattice_name} {precision} {case} {edge}: non-finite state")
     cells = setup.cells
-    q, itemsize = setup.lattice.q, jnp.dtype(precision).itemsize
+    q, itemsize = setup.lattice.q, jnp.dtype(setup.storage_dtype).itemsize
     mlups = cells * steps / statistics.median(seconds) / 1e6
     bandwidth = statistics.median(bandwidths)
     roofline = bandwidth / (2 * q * itemsize) / 1e6
@@ -229,6 +242,7 @@ def bench_one(
         precision=precision,
         case=case,
         collision=collision,
+        storage=setup.storage_dtype,
         shape=tuple(setup.shape),
         cells=cells,
         steps=steps,
@@ -250,7 +264,8 @@ def _edge_2d(n: int) -> int:
 def format_table(rows: list[BenchResult]) -> str:
     """Fixed-width text table of the results."""
     head = (
-        f"{'lattice':7} {'prec':7} {'case':8} {'collision':11} {'shape':>15} {'MLUPS':>8} "
+        f"{'lattice':7} {'prec':7} {'storage':8} {'case':8} {'collision':11} {'shape':>15} "
+        f"{'MLUPS':>8} "
         f"{'best':>8} "
         f"{'copy GB/s':>9} {'roof MLUPS':>10} {'of roof':>7} {'B/cell':>7}"
     )
@@ -258,7 +273,8 @@ def format_table(rows: list[BenchResult]) -> str:
     for r in rows:
         shape = "x".join(str(s) for s in r.shape)
         lines.append(
-            f"{r.lattice:7} {r.precision:7} {r.case:8} {r.collision:11} {shape:>15} {r.mlups:8.1f} "
+            f"{r.lattice:7} {r.precision:7} {r.storage:8} {r.case:8} {r.collision:11} {shape:>15} "
+            f"{r.mlups:8.1f} "
             f"{r.mlups_best:8.1f} {r.bandwidth_gbs:9.1f} {r.roofline_mlups:10.0f} "
             f"{100 * r.fraction:6.1f}% {r.peak_bytes_per_cell:7.0f}"
         )
@@ -303,7 +319,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="subgrid model of every row (smagorinsky: C_s = 0.17)")  # fmt: skip
     parser.add_argument("--collisions", default="bgk",
                         help=f"comma-separated: {','.join(COLLISIONS)} (default bgk)")  # fmt: skip
+    parser.add_argument("--storages", default="",
+                        help=f"comma-separated: {','.join(STORAGES)} (default: the precision; "
+                        f"{' and '.join(SHIFTED)} with float32 only)")  # fmt: skip
     args = parser.parse_args(argv)
+    args.storages = [c.lower() for c in _csv(args.storages)]
+    for c in args.storages:
+        if c not in STORAGES:
+            parser.error(f"--storages: unknown {c!r}; allowed: {', '.join(STORAGES)}")
     args.lattices = _csv(args.lattices)
     args.precisions = _csv(args.precisions)
     args.collisions = [c.lower() for c in _csv(args.collisions)]
@@ -328,6 +351,15 @@ def supports(lattice, collision: str, les: str) -> bool:
     return not (collision == "kbc" and les != "none")
 
 
+def storages_for(precision: str, storages: list[str]) -> list[str]:
+    """The storage dtypes of ``storages`` that go with the compute ``precision`` (none given:
+    the precision itself)."""
+    if not storages:
+        return [precision]
+    allowed = (precision, *SHIFTED) if precision == "float32" else (precision,)
+    return [s for s in storages if s in allowed]
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     cases = CASES if args.case == "both" else (args.case,)
@@ -337,7 +369,8 @@ def main(argv: list[str] | None = None) -> int:
         f"{os.cpu_count()} cores, jax {jax.__version__}; "
         f"copy kernel: {COPY_BYTES // 2**20} MiB x {COPY_ITERATIONS}; "
         f"{args.steps} steps per chunk, median of {args.repeats}; LES {args.les}; "
-        f"collisions {', '.join(args.collisions)}",
+        f"collisions {', '.join(args.collisions)}; "
+        f"storages {', '.join(args.storages) or 'as the precision'}",
         flush=True,
     )
     rows: list[BenchResult] = []
@@ -352,7 +385,10 @@ def main(argv: list[str] | None = None) -> int:
             edges = (
                 (args.sizes_2d or [_edge_2d(n) for n in args.sizes]) if lat.d == 2 else args.sizes
             )
-            for case, edge, collision in itertools.product(cases, edges, args.collisions):
+            storages = storages_for(precision, args.storages)
+            for case, edge, collision, storage in itertools.product(
+                cases, edges, args.collisions, storages
+            ):
                 if not supports(lat, collision, args.les):
                     continue
                 row = bench_one(
@@ -365,6 +401,7 @@ def main(argv: list[str] | None = None) -> int:
                     copy_run,
                     args.les,
                     collision,
+                    storage,
                 )
                 rows.append(row)
                 lines = format_table([row]).splitlines()

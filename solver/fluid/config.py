@@ -12,12 +12,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kernels.lattices import LATTICES
+from kernels.storage import SHIFTED
 from solver.errors import ConfigError
 from solver.fluid.geometry.mesh import UNITS as MESH_UNITS
 from solver.paths import original_path
 from solver.sections import Section
 
 PRECISIONS = ("float32", "float64")
+# fluid.storage: null keeps the populations in fluid.precision; the 16-bit formats store
+# (f - w) * s with float32 compute (kernels/storage.py, docs/storage.md)
+STORAGES = ("float32", "float64", *SHIFTED)
 COLLISIONS = ("bgk", "trt", "regularized", "kbc")
 # KBC needs a tensor-product velocity set (kernels/collision_kbc.py)
 KBC_LATTICES = ("D2Q9", "D3Q27")
@@ -47,6 +51,7 @@ class FluidConfig:
     u_lattice: float  # lattice velocity of the case's characteristic velocity
     les: str = "none"  # "none" | "smagorinsky"
     les_cs: float = 0.1  # Smagorinsky constant
+    storage: str | None = None  # dtype the populations are kept in; None: ``precision``
 
     @property
     def dimension(self) -> int:
@@ -207,16 +212,38 @@ def parse_fluid(s: Section) -> FluidConfig:
             "none with fluid.collision=kbc (its entropic stabiliser takes the place of a "
             "subgrid model; fluid.les works with bgk, trt and regularized)",
         )
+    precision = s.choice("precision", PRECISIONS)
     return FluidConfig(
         lattice=lattice,
         collision=collision,
         trt_magic=s.number("trt_magic", low=0.0),
-        precision=s.choice("precision", PRECISIONS),
+        precision=precision,
+        storage=_storage(s, precision),
         les=les,
         les_cs=s.number("les_cs", low=0.0, high=1.0),
         # the Mach limit (u_lattice / c_s <= 0.3) is checked where the case knows its peak velocity
         u_lattice=s.number("u_lattice", low=0.0, high=1.0),
     )
+
+
+def _storage(s: Section, precision: str) -> str | None:
+    """``fluid.storage``: null (or absent) or the precision itself keep the populations in the
+    compute precision (None); float16 and bfloat16 need fluid.precision=float32."""
+    value = s.data.get("storage")
+    if value is None:
+        return None
+    allowed = (precision, *SHIFTED) if precision == "float32" else (precision,)
+    if not isinstance(value, str) or value.lower() not in STORAGES:
+        raise ConfigError(s.key("storage"), value, "null | " + " | ".join(STORAGES))
+    value = value.lower()
+    if value not in allowed:
+        raise ConfigError(
+            s.key("storage"),
+            value,
+            f"null | {' | '.join(allowed)} with fluid.precision={precision} (16-bit storage "
+            "needs float32 compute)",
+        )
+    return None if value == precision else value
 
 
 def _cylinder(s: Section) -> CylinderConfig:

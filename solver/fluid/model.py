@@ -23,7 +23,7 @@ from solver.distributed.distribution import distribute
 from solver.distributed.runtime import Runtime
 from solver.errors import DivergenceError
 from solver.fluid.cases import Case, RunData, build_case
-from solver.fluid.step import initial_state, macroscopic
+from solver.fluid.step import decode_populations, initial_state, macroscopic
 from solver.model import OutputSchedule, Problem
 from solver.output.fields import FieldWriter
 from solver.output.plots import save_field_png
@@ -35,7 +35,8 @@ OUTPUTS_PER_RUN = 10  # field outputs when output.every is null
 
 
 def _health(populations, solid):
-    """jit-able check: (any bad fluid node, flat index of the first bad one, its density)."""
+    """jit-able check: (any bad fluid node, flat index of the first bad one, its density);
+    ``populations`` (q, *shape) decoded (``decode_populations``)."""
     rho = jnp.sum(populations, axis=0)
     bad = ~jnp.isfinite(rho) | (rho <= 0)
     if solid is not None:
@@ -76,6 +77,11 @@ def likely_cause(case: Case) -> str:
         )
     if case.mach > 0.2:
         causes.append(f"lattice Mach = {case.mach:.3f} is high (lower fluid.u_lattice)")
+    if case.setup.storage_dtype == "float16":
+        causes.append(
+            "fluid.storage=float16 overflows where |f_i - w_i| >= 2 (docs/storage.md; "
+            "try fluid.storage=bfloat16 or float32)"
+        )
     if grid_re > 10:
         causes.append(
             f"grid Reynolds number u/nu = {grid_re:.3g} is high for the grid "
@@ -152,12 +158,16 @@ class FluidModel:
             "shape": list(setup.shape),
             "precision": setup.dtype,
         }
+        if setup.storage_dtype != setup.dtype:  # older checkpoints have no storage key
+            self.identity["storage"] = setup.storage_dtype
         log.info(
             "%s: %s %s on %s, shape %s, tau = %.4f, Mach = %.3f, Re = %.4g, %s steps",
             case.name,
             setup.lattice.name,
             setup.collision.upper(),
-            setup.dtype,
+            setup.dtype
+            if setup.storage_dtype == setup.dtype
+            else f"{setup.dtype} (stored as {setup.storage_dtype})",
             setup.shape,
             case.tau,
             case.mach,
@@ -174,7 +184,7 @@ class FluidModel:
         self.geometry = dist.geometry(setup)
         self._chunk = dist.chunk(setup)
         self._macro = jax.jit(lambda s, g: macroscopic(setup, s, g))
-        self._health = jax.jit(_health)
+        self._health = jax.jit(lambda p, solid: _health(decode_populations(setup, p), solid))
         self._energy = jax.jit(lambda s, g: _mean_kinetic_energy(setup, s, g))
         self.forces: list[np.ndarray] = []
         self.energy: list[tuple[int, float]] = []
@@ -331,6 +341,7 @@ class FluidModel:
             if setup.les != "none"
             else None,
             "precision": setup.dtype,
+            "storage": setup.storage_dtype,
             "shape": list(setup.shape),
             "cells": setup.cells,
             "devices": dist.devices,
@@ -381,11 +392,18 @@ class FluidModel:
         return summary_lines(summary)
 
 
+def _precision_text(summary: dict) -> str:
+    """ "float32", or "float32, stored as float16" with another storage."""
+    storage = summary.get("storage", summary["precision"])
+    same = storage == summary["precision"]
+    return summary["precision"] if same else f"{summary['precision']}, stored as {storage}"
+
+
 def summary_lines(summary: dict) -> list[str]:
     """The short end-of-run summary of a fluid run."""
     lines = [
         f"case {summary['case']} on {summary['lattice']} {summary['collision'].upper()} "
-        f"({summary['precision']}), grid {' x '.join(str(n) for n in summary['shape'])}",
+        f"({_precision_text(summary)}), grid {' x '.join(str(n) for n in summary['shape'])}",
         f"tau = {summary['tau']:.4f}   Mach = {summary['mach']:.3f}   "
         f"Re = {summary['reynolds']:.4g}",
         f"steps = {summary['steps']}   simulated time = {summary['time_s']:.4g} s   "

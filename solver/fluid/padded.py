@@ -14,6 +14,7 @@ import itertools
 from collections.abc import Iterator, Sequence
 
 import jax.numpy as jnp
+import numpy as np
 from jax import Array, lax
 
 from solver.distributed.decomposition import neighbour_offsets
@@ -47,10 +48,20 @@ def pad_with_halo(field: Array, lead: int = 0, halo: Halo = SINGLE) -> Array:
     for route, items in routes.items():
         blocks = [block for _, block in items]
         if any(route):
-            blocks = shift_together(halo, blocks, route)
+            blocks = _shift_blocks(halo, blocks, route)
         for (ghost_start, _), block in zip(items, blocks, strict=True):
             padded = lax.dynamic_update_slice(padded, block, [0] * lead + ghost_start)
     return padded
+
+
+def _shift_blocks(halo: Halo, blocks: Sequence[Array], route: Sequence[int]) -> list[Array]:
+    """``shift_together`` of blocks; 16-bit floats travel as their uint16 bit patterns (MPI has
+    no float16 or bfloat16 type; bitwise the same values arrive)."""
+    dtype = np.dtype(blocks[0].dtype)
+    if dtype.itemsize != 2 or dtype.kind not in "fV":  # ml_dtypes' bfloat16 has kind "V"
+        return shift_together(halo, blocks, route)
+    bits = [lax.bitcast_convert_type(b, jnp.uint16) for b in blocks]
+    return [lax.bitcast_convert_type(b, dtype) for b in shift_together(halo, bits, route)]
 
 
 def upstream(padded: Array, offset: Sequence[int], region: Region | None = None) -> Array:
@@ -120,7 +131,7 @@ def write_padded(
     for route, items in routes.items():
         blocks = [block for _, _, block in items]
         if any(route):
-            blocks = shift_together(halo, blocks, route)
+            blocks = _shift_blocks(halo, blocks, route)
         for (i, ghost_start, _), block in zip(items, blocks, strict=True):
             out[i] = lax.dynamic_update_slice(out[i], block, ghost_start)
     return tuple(out)

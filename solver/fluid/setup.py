@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from kernels.lattices import Lattice
+from kernels.storage import SHIFTED, STORAGES
 
 COLLISIONS = ("bgk", "trt", "regularized", "kbc")
 # the operators that need the tensor-product lattices D2Q9 and D3Q27 (q = 3^d)
@@ -109,7 +110,12 @@ class FluidSetup:
     Attributes:
         lattice: the velocity set.
         shape: grid shape (nx, ny[, nz]).
-        dtype: storage and compute dtype of the populations ("float32" or "float64").
+        dtype: compute dtype of the step ("float32" or "float64"), and the storage dtype of
+            the populations unless ``storage`` names another.
+        storage: None (the populations are kept in ``dtype``) or the dtype they are kept in
+            between steps (state, ghost-padded buffers, halo messages, checkpoints): "float16"
+            or "bfloat16" with float32 compute, stored as (f - w) * s (kernels/storage.py);
+            naming ``dtype`` itself is the same as None.
         omega: relaxation rate 1/tau of the viscous (symmetric) moments.
         collision: one of COLLISIONS: "bgk", "trt", "regularized" (recursive regularized BGK)
             or "kbc" (entropic multi-relaxation; D2Q9 and D3Q27 only, without les).
@@ -140,6 +146,7 @@ class FluidSetup:
     shape: tuple[int, ...]
     omega: float
     dtype: str = "float32"
+    storage: str | None = None
     collision: str = "bgk"
     trt_magic: float = 3.0 / 16.0
     les: str = "none"
@@ -161,6 +168,14 @@ class FluidSetup:
             )
         if self.collision not in COLLISIONS:
             raise ValueError(f"collision {self.collision!r} not in {COLLISIONS}")
+        storage = self.storage_dtype
+        if storage not in STORAGES:
+            raise ValueError(f"storage {storage!r} not in {STORAGES}")
+        if storage != self.dtype and not (storage in SHIFTED and self.dtype == "float32"):
+            raise ValueError(
+                f"storage {storage!r} with dtype {self.dtype!r}: the storage is the compute "
+                f"dtype, or one of {SHIFTED} with float32"
+            )
         if self.les not in LES_MODELS:
             raise ValueError(f"les {self.les!r} not in {LES_MODELS}")
         if self.collision in TENSOR_PRODUCT_COLLISIONS and self.lattice.q != 3**d:
@@ -192,6 +207,11 @@ class FluidSetup:
         """Values the step reports per step: the force (d), then the moment if measured."""
         d = self.lattice.d
         return d if self.moment_center is None else d + (3 if d == 3 else 1)
+
+    @property
+    def storage_dtype(self) -> str:
+        """The dtype the populations are kept in (``storage``, else ``dtype``)."""
+        return self.dtype if self.storage is None else self.storage
 
     @property
     def tau(self) -> float:

@@ -19,8 +19,12 @@ traced program holds only the work the problem needs:
        subdomain or a wall fills the same ghosts in the distributed code: halos are one more
        boundary rule.
 The state seen outside a chunk holds pre-collision populations at its time; the chunk collides
-them once on entry and streams once on exit. docs/performance.md has the measurements behind
-each choice; docs/architecture.md says how to add a part.
+them once on entry and streams once on exit. With a 16-bit ``setup.storage`` the state and the
+padded buffers hold the stored form (f - w) * s (kernels/storage.py): the pull decodes what it
+slices (fused into the slice's consumers) and the collision's outputs are encoded where they are
+written, so every population is decoded once and encoded once per step (docs/storage.md).
+docs/performance.md has the measurements behind each choice; docs/architecture.md says how to
+add a part.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import Array, lax
 
+from kernels import storage as stored_form
 from kernels.equilibrium import density_velocity, equilibrium
 from kernels.lattices import CS2
 from solver.distributed.halo import Halo
@@ -49,6 +54,8 @@ __all__ = [
     "FluidGeometry",
     "FluidState",
     "body_force_at",
+    "decode_populations",
+    "encode_populations",
     "ghost_regions",
     "initial_state",
     "macroscopic",
@@ -68,7 +75,9 @@ class FluidState:
     """Dynamic fluid state.
 
     Attributes:
-        populations: (q, *shape) pre-collision populations at ``time``, lattice units.
+        populations: (q, *shape) pre-collision populations at ``time``, lattice units, in the
+            setup's storage form: f itself, or (f - w) * s in a 16-bit ``setup.storage``
+            (``decode_populations`` gives f).
         time: int32 scalar, the number of steps done.
     """
 
@@ -160,7 +169,63 @@ def initial_state(
             out.append(f[i] - (setup.tau * float(lat.w[i]) / CS2) * rho * contraction)
         f = tuple(out)
     populations = jnp.stack(f).astype(setup.dtype)  # x64 mode must not promote float32
+    populations = encode_populations(setup, populations)
     return FluidState(populations=populations, time=jnp.zeros((), jnp.int32))
+
+
+def encode_populations(setup: FluidSetup, populations: Array) -> Array:
+    """(q, *shape) populations f in the compute dtype -> the stored form (q, *shape) in
+    ``setup.storage_dtype`` (f itself when the storage is the compute dtype)."""
+    if setup.storage_dtype == setup.dtype:
+        return populations
+    return stored_form.encode_all(populations, setup.lattice.w, setup.storage_dtype, setup.dtype)
+
+
+def decode_populations(setup: FluidSetup, populations: Array) -> Array:
+    """(q, *shape) stored populations (a state's) -> f (q, *shape) in the compute dtype."""
+    if setup.storage_dtype == setup.dtype:
+        return populations
+    return stored_form.decode_all(populations, setup.lattice.w, setup.storage_dtype, setup.dtype)
+
+
+def _codecs(setup: FluidSetup) -> tuple[list[Callable], list[Callable], Callable]:
+    """Per direction, encode(f_i) -> buffer values and decode(buffer values) -> f_i, and the
+    map from stacked buffer values to the state's storage dtype. Identities when the storage
+    is the compute dtype, so that the traced program is the plain solver's.
+
+    bfloat16 values travel through the chunk's buffers as their uint16 bit patterns, rounded by
+    integer arithmetic (``kernels.storage.bfloat16_bits``, the same bits as a conversion):
+    XLA:CPU has no bfloat16 arithmetic; on bfloat16 buffers it rewrote every in-place update
+    into a float32 copy of the whole buffer, and with uint16 buffers but its own conversion it
+    still materialised each encoded interior once (docs/performance.md, "Storage precision").
+    The state itself holds bfloat16.
+    """
+    storage, compute = setup.storage_dtype, setup.dtype
+    q = setup.lattice.q
+    if storage == compute:
+        return [lambda x: x] * q, [lambda x: x] * q, lambda x: x
+    weights = [float(w) for w in setup.lattice.w]
+    if storage == "bfloat16":
+        bits = jnp.dtype(storage)
+
+        def from_buffer(x):
+            return lax.bitcast_convert_type(x, bits)
+
+        encoders = [
+            lambda x, w=w: stored_form.bfloat16_bits(x - jnp.asarray(w, compute)) for w in weights
+        ]
+        decoders = [
+            lambda x, w=w: stored_form.from_bfloat16_bits(x) + jnp.asarray(w, compute)
+            for w in weights
+        ]
+    else:
+
+        def from_buffer(x):
+            return x
+
+        encoders = [lambda x, w=w: stored_form.encode(x, w, storage, compute) for w in weights]
+        decoders = [lambda x, w=w: stored_form.decode(x, w, storage, compute) for w in weights]
+    return encoders, decoders, from_buffer
 
 
 # ---------------------------------------------------------------- the chunk
@@ -214,6 +279,21 @@ def _make_chunk(setup: FluidSetup, halo: Halo, coupling: StepCoupling | None) ->
     q, d = lat.q, lat.d
     dtype = jnp.dtype(setup.dtype)
     plan = plan_boundaries(setup, halo)
+    encoders, decoders, to_storage = _codecs(setup)
+
+    def encoded(post: Sequence[Array]) -> tuple[Array, ...]:
+        return tuple(enc(p) for enc, p in zip(encoders, post, strict=True))
+
+    def state_populations(state: FluidState) -> list[Array]:
+        # per direction: decoding the stacked array would materialise a float32 copy of it
+        if setup.storage_dtype == setup.dtype:
+            return [state.populations[i] for i in range(q)]
+        w, storage = lat.w, setup.storage_dtype
+        return [
+            stored_form.decode(state.populations[i], float(w[i]), storage, setup.dtype)
+            for i in range(q)
+        ]
+
     if coupling is None:
         fluid_collide = make_collide(setup)
 
@@ -227,6 +307,9 @@ def _make_chunk(setup: FluidSetup, halo: Halo, coupling: StepCoupling | None) ->
         """Pre-collision populations f_i(x, t) (q arrays (*shape)) at step ``time``, the
         obstacle force (d,) and the scratch buffers they were written to (empty when not
         materialised; before the write they hold f_i(x, t-1), which convective outlets read)."""
+        # decoding the whole padded buffer is elementwise: XLA fuses it with the slices the
+        # parts take into their consumers (no pass of its own)
+        buffers = [dec(b) for dec, b in zip(decoders, buffers, strict=True)]
         view = Pull(lat, buffers, geo, plan.wall_links, time=time, previous=scratch)
         pre = stream(view, plan.walls)
         for rule in plan.nodes:
@@ -254,7 +337,7 @@ def _make_chunk(setup: FluidSetup, halo: Halo, coupling: StepCoupling | None) ->
         post, extra, report = collide(pre, time, extra, geo)
         if after is not None and plan.force is not None:
             post = tuple(p + 0.0 * after[0] for p in post)
-        dst = write_padded(dst, post, lat.c, halo)
+        dst = write_padded(dst, encoded(post), lat.c, halo)
         return dst, scratch, extra, force, report
 
     def padded_geometry(geometry: FluidGeometry) -> dict:
@@ -274,15 +357,16 @@ def _make_chunk(setup: FluidSetup, halo: Halo, coupling: StepCoupling | None) ->
     def chunk(state: FluidState, geometry: FluidGeometry, n: int, extra):
         geo = padded_geometry(geometry)
         t0 = state.time
-        post, extra, report = collide([state.populations[i] for i in range(q)], t0, extra, geo)
+        post, extra, report = collide(state_populations(state), t0, extra, geo)
         reports = [jax.tree.map(lambda r: r[None], report)]
         # only the ghosts each direction's pull reads, as in every step
+        post = encoded(post)
         a = write_padded(tuple(jnp.pad(jnp.zeros_like(p), 1) for p in post), post, lat.c, halo)
         b = tuple(jnp.zeros_like(p) for p in a)
         forces = []
 
         # the scratch starts as f(t0), the step before the first one it receives
-        scratch = tuple(state.populations[i] for i in range(q)) if plan.materialise else ()
+        scratch = tuple(state_populations(state)) if plan.materialise else ()
 
         # two steps per iteration, a -> b -> a, so the loop carry never swaps buffers
         # (a swapped carry makes XLA insert full copies)
@@ -308,7 +392,7 @@ def _make_chunk(setup: FluidSetup, halo: Halo, coupling: StepCoupling | None) ->
             reports.append(jax.tree.map(lambda r: r[None], report))
         pre, f, _ = pull(a, geo, scratch, t0 + n)
         forces.append(f[None])
-        new_state = FluidState(populations=jnp.stack(pre), time=t0 + n)
+        new_state = FluidState(populations=to_storage(jnp.stack(encoded(pre))), time=t0 + n)
         forces = jnp.concatenate(forces)
         if plan.force is not None:
             forces = halo.sum(forces)
@@ -336,10 +420,11 @@ def macroscopic(
 
     Solid nodes report density 1 and the wall velocity (zero for resting walls). Elementwise,
     so it runs unchanged on one shard's block or on a sharded global array; ``geometry`` must
-    match ``state`` (None: the setup's global arrays).
+    match ``state`` (None: the setup's global arrays). Computed in the compute dtype from the
+    decoded populations, whatever the storage.
     """
     lat = setup.lattice
-    f = state.populations
+    f = decode_populations(setup, state.populations)
     rho, u = density_velocity(lat, [f[i] for i in range(lat.q)], body_force_at(setup, state.time))
     u = jnp.stack(u)
     geometry = make_geometry(setup) if geometry is None else geometry

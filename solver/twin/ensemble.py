@@ -40,7 +40,14 @@ from solver.distributed.members import member_sharding
 from solver.errors import ConfigError
 from solver.fluid.cases import build_case
 from solver.fluid.model import summary_lines as fluid_summary_lines
-from solver.fluid.step import initial_state, macroscopic, make_chunk, make_geometry
+from solver.fluid.step import (
+    decode_populations,
+    encode_populations,
+    initial_state,
+    macroscopic,
+    make_chunk,
+    make_geometry,
+)
 from solver.output.progress import Progress
 from solver.output.summary import write_run_json
 from solver.run import Outcome
@@ -147,7 +154,7 @@ def run_ensemble(config: RunConfig, output_dir: Path, extra: dict | None = None)
     def analyse(states, scale, y, sigma, noise, mask):
         """Analysis in velocity space; the increments enter the populations as an equilibrium
         shift (kernels.nudging), which keeps density and the non-equilibrium part."""
-        dtype = states.populations.dtype
+        dtype = jnp.dtype(setup.dtype)  # the compute dtype (fluid.storage may be narrower)
         u = jax.vmap(lambda st, sc: macroscopic(setup, st, with_inflow(sc))[1])(states, scale)
         x = jnp.concatenate([u.reshape(members, -1) * units.velocity_scale,
                              scale[:, None].astype(dtype)], axis=1)  # fmt: skip
@@ -170,8 +177,9 @@ def run_ensemble(config: RunConfig, output_dir: Path, extra: dict | None = None)
         du = du * jnp.minimum(1.0, MAX_INCREMENT / jnp.maximum(size, 1e-30))
 
         def shift(state, du_e):
-            f = nudging.nudge_populations(lat, state.populations, du_e, fluid)
-            return state.replace(populations=f.astype(dtype))
+            f = nudging.nudge_populations(lat, decode_populations(setup, state.populations),
+                                          du_e, fluid)  # fmt: skip
+            return state.replace(populations=encode_populations(setup, f.astype(dtype)))
 
         return jax.vmap(shift)(states, du), jnp.clip(xa[:, -1], 0.2, 3.0).astype(scale.dtype)
 

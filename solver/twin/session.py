@@ -37,7 +37,7 @@ import numpy as np
 from kernels import nudging
 from solver.errors import ConfigError
 from solver.fluid.config import MAX_MACH
-from solver.fluid.step import macroscopic
+from solver.fluid.step import decode_populations, encode_populations, macroscopic
 from solver.twin.config import TwinConfig
 from solver.twin.ingest import Ingestor
 from solver.twin.quarantine import Quarantine
@@ -159,8 +159,9 @@ class TwinHook:
 
         def nudge(state, innovation):
             du = nudging.velocity_correction(self.weights, innovation, cfg.nudging.gain)
-            f = nudging.nudge_populations(setup.lattice, state.populations, du, self.fluid)
-            return state.replace(populations=f.astype(state.populations.dtype))
+            f = decode_populations(setup, state.populations)  # fluid.storage: f itself or coded
+            f = nudging.nudge_populations(setup.lattice, f, du, self.fluid)
+            return state.replace(populations=encode_populations(setup, f.astype(setup.dtype)))
 
         self._sample = jax.jit(sample) if stencils is not None else None
         self._nudge = jax.jit(nudge)

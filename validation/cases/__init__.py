@@ -13,6 +13,7 @@ from validation.cases import (
     geometry,
     operators,
     stability,
+    storage,
     taylor_green,
     turbulence,
 )
@@ -35,6 +36,7 @@ CASES: dict[str, Callable[[Context], CaseResult]] = {
     "taylor_green_re1600": turbulence.taylor_green_re1600,
     "stability": stability.stability,
     "operators": operators.operators,
+    "storage": storage.storage,
     "settling_sphere": coupled.settling_sphere,
     "sphere_array": coupled.sphere_array,
     "dkt": coupled.dkt,
@@ -54,6 +56,8 @@ BODY_CASES = ("projectile", "bounce", "incline", "cradle", "tumbling")
 # vortex compiles a D3Q27 KBC program (its energy series is tested in tests/test_cases_run.py).
 # operators reruns seven fluid cases with three operators (its override rewriting is tested
 # in tests/test_validation_fast.py; the operators themselves in test_kernels_collision_robust).
+# storage reruns the same seven cases with three storage precisions (its override rewriting
+# and the stored form are tested in tests/test_storage.py).
 # sphere_re100's fast variant is two 3D tunnel runs of a minute each (tests/test_geometry.py
 # checks the STL-vs-exact agreement on a small grid in make test).
 FULL_ONLY = (
@@ -64,6 +68,7 @@ FULL_ONLY = (
     "sphere_re100",
     "stability",
     "operators",
+    "storage",
 )
 
 __all__ = ["BODY_CASES", "CASES", "FULL_ONLY"]

@@ -178,6 +178,7 @@ def fluid_setup(
         shape=shape,
         omega=omega,
         dtype=fluid.precision,
+        storage=fluid.storage,
         collision=fluid.collision,
         trt_magic=fluid.trt_magic,
         les=fluid.les,
