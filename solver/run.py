@@ -160,8 +160,9 @@ def _run(config, output_dir, interactive, stops, hook, model_factory, cleanup) -
         done = resumed.step
     outputs = model.open_outputs(done, resumed is not None, state)
     telemetry = Telemetry(
-        config.telemetry, runtime, output_dir, model.dt, resumed=resumed is not None
-    )
+        config.telemetry, runtime, output_dir, model.dt, resumed=resumed is not None,
+        exchange=getattr(model, "exchange_seconds", None),
+    )  # fmt: skip
     cleanup.callback(telemetry.close)  # the CSV file and the metrics endpoint, on every exit
     timing = {"rate": 0.0, "compile": 0.0, "run": 0.0}
     compiled: set[int] = set()
@@ -253,7 +254,7 @@ def _run(config, output_dir, interactive, stops, hook, model_factory, cleanup) -
             if done in schedule:
                 model.write(done, state)
             bar.update(done, timing["rate"] / 1e6)
-            telemetry.after_chunk(done, n, seconds, compiling, timing["rate"])
+            telemetry.after_chunk(done, n, seconds, compiling, timing["rate"], state)
 
             def extras(step=done, state=state):
                 return model.checkpoint_host(step, state)

@@ -6,6 +6,7 @@ cavity has resting and moving walls, so its fields must match bit for bit.
 
 from __future__ import annotations
 
+import csv
 import json
 import subprocess
 from pathlib import Path
@@ -48,12 +49,19 @@ def single_run(tmp_path_factory) -> Path:
 )
 def test_mpirun_processes_match_single(single_run, tmp_path, processes, halo, mesh):
     out = tmp_path / "run"
-    overrides = [f"domain.mesh={mesh}", f"domain.halo={halo}", f"hydra.run.dir={out}"]
+    overrides = [f"domain.mesh={mesh}", f"domain.halo={halo}", f"hydra.run.dir={out}",
+                 "telemetry.halo_every=2"]  # fmt: skip
     delay = STRAGGLER_DELAY if halo == "xla" else None
     result = mpirun(processes, ["-m", "solver", *CASE, *overrides], extra_env=delay)
     assert result.returncode == 0, result.stderr[-3000:]
     summary = json.loads((out / "run.json").read_text())
     stragglers = summary["telemetry"]["stragglers"]
+    # the exchange probe ran in chunks 1 and 3 (0 compiles), on every rank
+    with (out / "telemetry.csv").open() as fh:
+        rows = list(csv.DictReader(fh))
+    probed = [(int(r["chunk"]), int(r["rank"])) for r in rows if r["exchange_s"]]
+    assert sorted(probed) == [(c, r) for c in (1, 3) for r in range(processes)], probed
+    assert all(float(r["exchange_s"]) > 0 for r in rows if r["exchange_s"])
     if delay:
         assert [s["rank"] for s in stragglers] == [1], stragglers
         assert "straggler: rank 1 on host" in (out / "logs" / "process_0.log").read_text()

@@ -79,7 +79,7 @@ def test_no_straggler_at_the_factor_or_with_one_rank():
 
 
 DEFAULTS = {"enabled": True, "port": None, "address": "127.0.0.1", "straggler_factor": 1.5,
-            "straggler_chunks": 3}  # fmt: skip
+            "straggler_chunks": 3, "halo_every": 10}  # fmt: skip
 
 
 @pytest.mark.parametrize(
@@ -90,6 +90,7 @@ DEFAULTS = {"enabled": True, "port": None, "address": "127.0.0.1", "straggler_fa
         ("address", "", "a host name or IP address"),
         ("straggler_factor", 1.0, "> 1"),
         ("straggler_chunks", 0, "an integer >= 1"),
+        ("halo_every", -1, "an integer >= 0"),
         ("enabled", "yes", "true | false"),
     ],
 )
@@ -130,8 +131,9 @@ def test_probes_host_rss_and_no_device_statistics_on_cpu():
 
 def test_csv_rows_per_rank_and_append_on_resume(tmp_path):
     path = tmp_path / "telemetry.csv"
-    table = np.array([[1.0, 0.4, 0.1, 0.0, math.nan, math.nan, 5e8, 6e8],
-                      [1.1, 0.8, 0.1, 0.3, 2**33, 2**34, 4e8, 4e8]])  # fmt: skip
+    # VALUES: wall, chunk, host, sync wait, exchange, device in use/peak, host RSS/peak
+    table = np.array([[1.0, 0.4, 0.1, 0.0, math.nan, math.nan, math.nan, 5e8, 6e8],
+                      [1.1, 0.8, 0.1, 0.3, 2e-3, 2**33, 2**34, 4e8, 4e8]])  # fmt: skip
     writer = TelemetryCsv(path)
     writer.append(0, 20, 20, False, ["n1", "n2"], table)
     writer.close()
@@ -142,6 +144,7 @@ def test_csv_rows_per_rank_and_append_on_resume(tmp_path):
     assert rows[0]["device_bytes_in_use"] == "" and rows[1]["device_peak_bytes_in_use"] == str(
         2**34
     )
+    assert rows[0]["exchange_s"] == "" and float(rows[1]["exchange_s"]) == 2e-3
     assert rows[3]["step"] == "40" and rows[3]["compile"] == "1"
     TelemetryCsv(path).close()
     assert path.read_text().count("\n") == 1, "a fresh run starts a new file"
@@ -156,8 +159,8 @@ def test_endpoint_serves_every_rank_on_localhost():
     metrics = RunMetrics(port=0)
     try:
         assert metrics.server.server_address[0] == "127.0.0.1"
-        table = np.array([[1.0, 0.5, 0.1, 0.0, math.nan, math.nan, 5e8, 6e8],
-                          [1.0, 1.5, 0.1, 0.2, math.nan, math.nan, 4e8, 4e8]])  # fmt: skip
+        table = np.array([[1.0, 0.5, 0.1, 0.0, math.nan, math.nan, math.nan, 5e8, 6e8],
+                          [1.0, 1.5, 0.1, 0.2, 3e-3, math.nan, math.nan, 4e8, 4e8]])  # fmt: skip
         metrics.update(["n1", "n2"], table, steps=10, step=30, time_s=0.3, rate=1e6,
                        stragglers={1}, named=1)  # fmt: skip
         text = _scrape(metrics.port)
@@ -168,6 +171,8 @@ def test_endpoint_serves_every_rank_on_localhost():
     assert 'solver_run_straggler{host="n1",rank="0"} 0.0' in text
     assert "solver_run_steps 30.0" in text and "solver_run_stragglers_total 1.0" in text
     assert "solver_run_device_memory_bytes{" not in text, "unknown memory is not exported"
+    assert 'solver_run_exchange_seconds{host="n2",rank="1"} 0.003' in text
+    assert 'solver_run_exchange_seconds{host="n1"' not in text, "no probe, no value"
 
 
 def _registered_names() -> set[str]:

@@ -34,6 +34,7 @@ from solver.distributed.decomposition import Decomposition, choose_mesh
 from solver.distributed.halo import MpiHalo, XlaHalo
 from solver.distributed.runtime import Runtime
 from solver.errors import ConfigError
+from solver.fluid.padded import exchange_ghosts
 from solver.fluid.setup import FluidSetup
 from solver.fluid.step import (
     SINGLE,
@@ -169,6 +170,33 @@ class Distribution:
                 return mapped(state, geometry, extra)
 
         return jax.jit(local, static_argnums=2, donate_argnums=(0, 3))
+
+    def exchange_probe(self, setup: FluidSetup) -> Callable[[Array], Array] | None:
+        """jit-compiled probe(populations) -> one value per shard: the step's halo messages
+        alone (``solver.fluid.padded.exchange_ghosts`` on the state's populations: the same
+        blocks, routes and collectives as one step's ghost fill, nothing computed or stored),
+        for the telemetry's exchange time. None with one shard (nothing is exchanged)."""
+        if self.backend == "single":
+            return None
+        offsets = setup.lattice.c
+        d = setup.lattice.d
+
+        def first_values(received: list[Array]) -> Array:
+            # one value of every message, so that none of them is optimised away
+            total = sum(b.ravel()[0].astype(jnp.float32) for b in received)
+            return jnp.reshape(total, (1,) * d)
+
+        if self.backend == "mpi":
+            halo = MpiHalo(self.decomposition, self.runtime.comm)
+            return jax.jit(lambda f: first_values(exchange_ghosts(list(f), offsets, halo)))
+        halo = XlaHalo(self.decomposition)
+        mapped = jax.shard_map(
+            lambda f: first_values(exchange_ghosts(list(f), offsets, halo)),
+            mesh=self.mesh,
+            in_specs=(self._spec(1),),
+            out_specs=self._spec(0),
+        )
+        return jax.jit(mapped)
 
     # ------------------------------------------------------------------ host side
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import math
+import time
 from pathlib import Path
 
 import jax
@@ -183,6 +184,7 @@ class FluidModel:
         )
         self.geometry = dist.geometry(setup)
         self._chunk = dist.chunk(setup)
+        self._exchange = None  # the telemetry's halo probe, built at its first use
         self._macro = jax.jit(lambda s, g: macroscopic(setup, s, g))
         self._health = jax.jit(lambda p, solid: _health(decode_populations(setup, p), solid))
         self._energy = jax.jit(lambda s, g: _mean_kinetic_energy(setup, s, g))
@@ -284,6 +286,26 @@ class FluidModel:
             )
 
     # ------------------------------------------------------------------ stepping
+
+    def exchange_seconds(self, state) -> float | None:
+        """Wall s of one halo exchange of the state's populations alone (the telemetry's probe,
+        ``Distribution.exchange_probe``), None with one shard. Every process must call it at
+        the same point (it is a collective); the first call compiles the probe (not timed)."""
+        if self._exchange is None:
+            self._exchange = self.dist.exchange_probe(self.setup) or False
+            if self._exchange:
+                jax.block_until_ready(self._exchange(self._fluid_state(state).populations))
+        if not self._exchange:
+            return None
+        populations = self._fluid_state(state).populations
+        start = time.perf_counter()
+        jax.block_until_ready(self._exchange(populations))
+        return time.perf_counter() - start
+
+    @staticmethod
+    def _fluid_state(state):
+        """The fluid part of the model's state (a coupled state holds it as ``fluid``)."""
+        return getattr(state, "fluid", state)
 
     def advance(self, state, n: int):
         return self._chunk(state, self.geometry, n)

@@ -120,6 +120,20 @@ def write_padded(
     out = [
         lax.dynamic_update_slice(b, x, (1,) * d) for b, x in zip(buffers, interiors, strict=True)
     ]
+    for route, items in _ghost_routes(interiors, offsets, halo).items():
+        blocks = [block for _, _, block in items]
+        if any(route):
+            blocks = _shift_blocks(halo, blocks, route)
+        for (i, ghost_start, _), block in zip(items, blocks, strict=True):
+            out[i] = lax.dynamic_update_slice(out[i], block, ghost_start)
+    return tuple(out)
+
+
+def _ghost_routes(
+    interiors: Sequence[Array], offsets: Sequence[Sequence[int]], halo: Halo
+) -> dict[tuple[int, ...], list]:
+    """The ghost blocks of ``write_padded`` grouped by the neighbour they come from (its route):
+    route -> [(direction, ghost start, source block)]."""
     routes: dict[tuple[int, ...], list] = {}
     for i, (interior, offset) in enumerate(zip(interiors, offsets, strict=True)):
         for axes, src_start, src_size, ghost_start in ghost_regions(offset, interior.shape):
@@ -128,10 +142,16 @@ def write_padded(
             )
             shift = [int(o) if a in axes else 0 for a, o in enumerate(offset)]
             routes.setdefault(halo.route(shift), []).append((i, ghost_start, block))
-    for route, items in routes.items():
-        blocks = [block for _, _, block in items]
+    return routes
+
+
+def exchange_ghosts(
+    interiors: Sequence[Array], offsets: Sequence[Sequence[int]], halo: Halo
+) -> list[Array]:
+    """Only the messages of ``write_padded``: the ghost blocks that come from other shards,
+    as received (nothing is stored). The telemetry's exchange probe times this."""
+    received = []
+    for route, items in _ghost_routes(interiors, offsets, halo).items():
         if any(route):
-            blocks = _shift_blocks(halo, blocks, route)
-        for (i, ghost_start, _), block in zip(items, blocks, strict=True):
-            out[i] = lax.dynamic_update_slice(out[i], block, ghost_start)
-    return tuple(out)
+            received += _shift_blocks(halo, [block for _, _, block in items], route)
+    return received

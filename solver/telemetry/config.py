@@ -22,6 +22,8 @@ class TelemetryConfig:
         straggler_factor: a rank is slow in a chunk when its busy time per step exceeds this
             factor times the median of the other ranks' (> 1).
         straggler_chunks: a rank slow in this many consecutive timed chunks is named a straggler.
+        halo_every: time one halo exchange alone every this many chunks (0: never; runs on one
+            shard never probe).
     """
 
     enabled: bool = True
@@ -29,6 +31,7 @@ class TelemetryConfig:
     address: str = "127.0.0.1"
     straggler_factor: float = 1.5
     straggler_chunks: int = 3
+    halo_every: int = 10
 
 
 def parse_telemetry(s: Section) -> TelemetryConfig:
@@ -48,4 +51,5 @@ def parse_telemetry(s: Section) -> TelemetryConfig:
         address=address,
         straggler_factor=s.number("straggler_factor", low=1.0),
         straggler_chunks=s.integer("straggler_chunks", low=1),
+        halo_every=s.integer("halo_every", low=0),
     )

@@ -3,6 +3,7 @@
 Exported (prefix ``solver_run_``), per rank with labels ``rank`` and ``host``:
 ``step_seconds`` (wall s per step in the latest chunk), ``chunk_seconds``, ``host_seconds``
 (host work between chunks), ``sync_wait_seconds`` (wait at the end-of-chunk barrier),
+``exchange_seconds`` (one halo exchange alone, the latest probe),
 ``device_memory_bytes``, ``device_memory_peak_bytes`` (GPUs only), ``host_rss_bytes``,
 ``host_rss_peak_bytes``, ``straggler`` (1 while the rank is a named straggler); for the run:
 ``steps`` (steps done), ``simulation_time_seconds``, ``updates_per_second`` (lattice-cell or
@@ -31,6 +32,7 @@ RANK_GAUGES = {
         "s waited at the end-of-chunk barrier for the last rank",
         "sync_wait_s",
     ),  # fmt: skip
+    "exchange_seconds": ("wall s of one halo exchange alone (the latest probe)", "exchange_s"),
     "device_memory_bytes": ("device memory in use (JAX allocator)", "device_bytes_in_use"),
     "device_memory_peak_bytes": ("peak device memory in use", "device_peak_bytes_in_use"),
     "host_rss_bytes": ("resident set size of the process", "host_rss_bytes"),

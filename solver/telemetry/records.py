@@ -14,6 +14,10 @@ Columns (times in s of wall time, memory in bytes; an empty cell: not known on t
   such as the twin, progress);
 - ``sync_wait_s``: the rank's wait at the end-of-chunk barrier for the last rank to arrive
   (plus one tiny collective's latency; 0 on one process);
+- ``exchange_s``: every ``telemetry.halo_every`` chunks, the wall time of one halo exchange of
+  the state alone (the step's messages, routes and collectives with nothing computed, started
+  right after the barrier so that no rank waits for another; ``FluidModel.exchange_seconds``);
+  empty in other chunks, on one shard and for models without a halo;
 - ``device_bytes_in_use``, ``device_peak_bytes_in_use``: JAX allocator statistics summed over
   the rank's devices (GPUs; empty on CPUs);
 - ``host_rss_bytes``, ``host_peak_rss_bytes``: resident set size of the process and its peak.
@@ -36,13 +40,14 @@ VALUES = (
     "chunk_s",
     "host_s",
     "sync_wait_s",
+    "exchange_s",
     "device_bytes_in_use",
     "device_peak_bytes_in_use",
     "host_rss_bytes",
     "host_peak_rss_bytes",
 )
 COLUMNS = ("chunk", "step", "steps", "compile", "rank", "host", "wall_s", "chunk_s", "step_s",
-           "host_s", "sync_wait_s", "device_bytes_in_use", "device_peak_bytes_in_use",
+           "host_s", "sync_wait_s", "exchange_s", "device_bytes_in_use", "device_peak_bytes_in_use",
            "host_rss_bytes", "host_peak_rss_bytes")  # fmt: skip
 _BYTES = {"device_bytes_in_use", "device_peak_bytes_in_use", "host_rss_bytes",
           "host_peak_rss_bytes"}  # fmt: skip

@@ -25,7 +25,9 @@ import math
 import os
 import socket
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import jax
 import numpy as np
@@ -69,15 +71,18 @@ class Telemetry:
         output_dir: the run directory (process 0 writes telemetry.csv there).
         dt: simulated s per step (for the simulated-time gauge).
         resumed: the run continues from a checkpoint (append to an existing telemetry.csv).
+        exchange: exchange(state) -> wall s of one halo exchange alone, or None (the model's
+            ``exchange_seconds``; a collective: every process calls it at the same chunk end).
     """
 
     def __init__(
         self, config: TelemetryConfig, runtime: Runtime, output_dir: Path, dt: float,
-        resumed: bool = False,
+        resumed: bool = False, exchange: Callable[[Any], float | None] | None = None,
     ) -> None:  # fmt: skip
         self.config = config
         self.runtime = runtime
         self.dt = dt
+        self.exchange = exchange if config.halo_every > 0 else None
         self.enabled = config.enabled
         self.root = runtime.is_root
         self.csv = self.metrics = self.detector = None
@@ -112,11 +117,13 @@ class Telemetry:
         self._start = self._mark = time.perf_counter()
 
     def after_chunk(
-        self, step: int, steps: int, chunk_s: float, compiling: bool, rate: float
-    ) -> None:
+        self, step: int, steps: int, chunk_s: float, compiling: bool, rate: float,
+        state: Any = None,
+    ) -> None:  # fmt: skip
         """A chunk of ``steps`` steps ending at ``step`` took ``chunk_s`` s on this process
-        (``compiling``: it compiled its program); ``rate``: updates/s so far. Every process
-        must call this at every chunk end (it synchronises them)."""
+        (``compiling``: it compiled its program); ``rate``: updates/s so far; ``state``: the
+        model's state (for the exchange probe). Every process must call this at every chunk
+        end (it synchronises them)."""
         if not self.enabled:
             return
         if self.delay > 0:
@@ -126,10 +133,16 @@ class Telemetry:
         barrier(self.runtime)
         released = time.perf_counter()
         wait_s = released - arrived
+        exchange_s = math.nan
+        # the first timed chunk, then every halo_every chunks; all ranks count chunks alike
+        probe = not compiling and self.exchange is not None and state is not None
+        if probe and (self.chunk - 1) % self.config.halo_every == 0:
+            seconds = self.exchange(state)
+            exchange_s = math.nan if seconds is None else seconds
         in_use, peak = device_memory(self.devices)
         rss, rss_peak = host_memory()
         mine = dict(wall_s=released - self._start, chunk_s=chunk_s, host_s=host_s,
-                    sync_wait_s=wait_s, device_bytes_in_use=in_use,
+                    sync_wait_s=wait_s, exchange_s=exchange_s, device_bytes_in_use=in_use,
                     device_peak_bytes_in_use=peak, host_rss_bytes=rss,
                     host_peak_rss_bytes=rss_peak)  # fmt: skip
         table = gather_values(self.runtime, [mine[name] for name in VALUES])
