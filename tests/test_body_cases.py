@@ -77,6 +77,7 @@ def test_projectile_matches_parabola_and_writes_outputs(tmp_path):
     assert np.ptp(total) < 1e-9 * abs(total[0])
 
 
+@pytest.mark.long
 def test_bounce_rebound_ratio_near_restitution_squared(tmp_path):
     result, out = _run(
         tmp_path, "case=bounce", "case.drop_height=0.05", "case.duration=0.25", "chunk=500"
@@ -159,6 +160,12 @@ CRADLE_MOMENTUM = 1e-12
 CRADLE_LAST_VELOCITY = 0.9
 
 
+# The physics of tumbling, incline, cradle and the float64 bounce is checked in make test by the
+# fast validation cases (tests/test_validation_bodies.py: the same solver path, in process, about
+# 10 s each); these CLI runs of the full default cases (a fresh process each, ~1 min) run in
+# make test-long. The app path of body cases stays in make test through the projectile (outputs)
+# and the float32 bounce.
+@pytest.mark.long
 def test_tumbling_conserves_energy_and_momentum_and_flips(tmp_path):
     result, out = _run(tmp_path, "case=tumbling", "case.duration=30", "case.dt=0.003")
     assert result.returncode == 0, result.stderr
@@ -169,6 +176,7 @@ def test_tumbling_conserves_energy_and_momentum_and_flips(tmp_path):
     assert diag["intermediate_axis_flipped"] and 0 < diag["first_flip_time_s"] < 30, diag
 
 
+@pytest.mark.long
 @pytest.mark.parametrize(
     ("angle", "friction", "regime"), [("20", "0.5", "rolling"), ("30", "0.1", "sliding")]
 )
@@ -187,6 +195,7 @@ def test_incline_acceleration_matches_regime(tmp_path, angle, friction, regime):
     assert abs(error) < INCLINE_ACCELERATION, diag
 
 
+@pytest.mark.long
 def test_cradle_conserves_momentum_and_transfers_it(tmp_path):
     result, out = _run(tmp_path, "case=cradle")
     assert result.returncode == 0, result.stderr
