@@ -76,9 +76,13 @@ def test_host_estimate_matches_a_built_case(name):
     _within(need.host_case + need.host_scratch, peak, f"{name} builder peak")
 
 
-@pytest.mark.parametrize(("name", "steps"), COMPILED)
-def test_device_estimate_matches_the_compiled_chunk(name, steps):
-    config = compose_config(SMALL[name])
+@pytest.mark.parametrize(
+    ("name", "steps", "storage"),
+    [(name, steps, None) for name, steps in COMPILED] + [("taylor_green", 3, "float16")],
+)
+def test_device_estimate_matches_the_compiled_chunk(name, steps, storage):
+    extra = [] if storage is None else [f"fluid.storage={storage}"]
+    config = compose_config(SMALL[name] + extra)
     case = build_case(config)
     setup = case.setup
     state = initial_state(setup, case.density, case.velocity)

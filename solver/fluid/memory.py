@@ -131,12 +131,16 @@ def estimate(config, shape: tuple[int, ...], mesh: tuple[int, ...] | None = None
     block = [max(1, -(-n // m)) for n, m in zip(shape, mesh, strict=True)]
     local = math.prod(block)
     padded = math.prod(n + 2 for n in block)
-    copies = 1.0 + 2.0 * padded / local  # the state and the two padded buffers
+    # the state and the two padded buffers hold the stored form (fluid.storage: 2 bytes for
+    # the 16-bit formats); temporaries and scratch buffers hold decoded compute values
+    stored = 2 if config.fluid.storage in ("float16", "bfloat16") else itemsize
+    held = 1.0 + 2.0 * padded / local
+    copies = 0.0
     if footprint.solid:
         copies += 1.0  # the wall rules' temporaries
     if footprint.curved:
         copies += 3.0  # scratch buffers, their loop copy and the boundaries' temporaries
-    device = itemsize * q * copies * local + itemsize * (d + 1) * local
+    device = (stored * held + itemsize * copies) * q * local + itemsize * (d + 1) * local
     if footprint.solid:
         device += local + padded
     if footprint.wall_velocity:
