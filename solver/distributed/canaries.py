@@ -24,7 +24,6 @@ before each of its timed transfers: its partner waits in the exchange, as behind
 from __future__ import annotations
 
 import functools
-import json
 import statistics
 import time
 from collections.abc import Callable
@@ -38,45 +37,12 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from solver.distributed.decomposition import AXIS_NAMES, Decomposition
+from solver.distributed.host_collectives import allgather_json, barrier
 from solver.distributed.runtime import Runtime
 
 RING_AXIS = "ring"
 SMALL_BYTES = 64  # latency probe: 16 float32
 WARMUP = 2  # untimed calls (compilation, first connection) before the timed ones
-
-
-# ---------------------------------------------------------------------- process bookkeeping
-
-
-def allgather_json(runtime: Runtime, value) -> list:
-    """``value`` (JSON-serialisable) of every process, in process order, on every process."""
-    if runtime.process_count == 1:
-        return [value]
-    if runtime.comm is not None:
-        return runtime.comm.allgather(value)
-    from jax.experimental import multihost_utils
-
-    data = np.frombuffer(json.dumps(value).encode(), dtype=np.uint8)
-    lengths = np.asarray(multihost_utils.process_allgather(np.array([data.size], np.int64)))
-    padded = np.zeros(int(lengths.max()), np.uint8)
-    padded[: data.size] = data
-    every = np.asarray(multihost_utils.process_allgather(padded)).reshape(len(lengths), -1)
-    return [
-        json.loads(bytes(row[: int(n)]).decode())
-        for row, n in zip(every, lengths.ravel(), strict=True)
-    ]
-
-
-def barrier(runtime: Runtime) -> None:
-    """Wait until every process got here."""
-    if runtime.process_count == 1:
-        return
-    if runtime.comm is not None:
-        runtime.comm.Barrier()
-        return
-    from jax.experimental import multihost_utils
-
-    multihost_utils.sync_global_devices("preflight")
 
 
 # ---------------------------------------------------------------------- results

@@ -25,9 +25,9 @@ import jax
 import numpy as np
 
 from kernels.lattices import lattice_by_name
-from solver.distributed.canaries import allgather_json
 from solver.distributed.decomposition import MIN_LOCAL_CELLS, choose_mesh
 from solver.distributed.distribution import Distribution, distribute
+from solver.distributed.host_collectives import allgather_json
 from solver.distributed.runtime import Runtime
 from solver.errors import ConfigError
 from solver.fluid.setup import FluidSetup

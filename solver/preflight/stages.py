@@ -11,14 +11,9 @@ from pathlib import Path
 
 import jax
 
-from solver.distributed.canaries import (
-    allgather_json,
-    allreduce_canary,
-    barrier,
-    link_canary,
-    ring_canary,
-)
+from solver.distributed.canaries import allreduce_canary, link_canary, ring_canary
 from solver.distributed.decomposition import choose_mesh
+from solver.distributed.host_collectives import allgather_json, barrier
 from solver.distributed.runtime import Runtime
 from solver.preflight import report as reports
 from solver.preflight.baseline import BASELINE, load_baseline, slow_links, slow_storage

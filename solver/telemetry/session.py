@@ -7,7 +7,7 @@ At the end of each chunk every process:
 2. waits at a barrier for the other processes; the time spent there is ``sync_wait_s``, what
    a straggler costs the others at this synchronisation point;
 3. reads its memory (device allocator statistics, host RSS) and all-gathers its numbers
-   (``solver.distributed.telemetry_gather``); every process gets the same table.
+   (``solver.distributed.host_collectives``); every process gets the same table.
 
 Process 0 then appends the rows to telemetry.csv, sets the Prometheus gauges (with
 ``telemetry.port``) and every process updates the straggler detector with the same numbers
@@ -32,8 +32,8 @@ from typing import Any
 import jax
 import numpy as np
 
+from solver.distributed.host_collectives import barrier, gather_texts, gather_values
 from solver.distributed.runtime import Runtime
-from solver.distributed.telemetry_gather import barrier, gather_texts, gather_values
 from solver.errors import ConfigError
 from solver.telemetry.config import TelemetryConfig
 from solver.telemetry.exporter import RunMetrics

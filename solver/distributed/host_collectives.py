@@ -1,13 +1,15 @@
-"""Tiny host-side collectives for telemetry: a barrier and an all-gather of a few numbers.
+"""Host-side collectives between chunks: a barrier and all-gathers of a few numbers, texts or
+JSON values (the telemetry at every chunk end, the preflight's reports).
 
-Every process must call each function at the same point (the run loop calls them once per
-chunk end). On one process they return at once. Under ``domain.halo=mpi`` they use the run's MPI
-communicator; otherwise JAX's multi-process runtime (``multihost_utils.process_allgather``; the
-values travel as raw bytes, so float64 survives a run without x64).
+Every process must call each function at the same point. On one process they return at once.
+Under ``domain.halo=mpi`` they use the run's MPI communicator; otherwise JAX's multi-process
+runtime (``multihost_utils.process_allgather``; the values travel as raw bytes, so float64
+survives a run without x64).
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 
 import numpy as np
@@ -58,3 +60,15 @@ def gather_texts(runtime: Runtime, text: str) -> list[str]:
     buffer = np.frombuffer(data.ljust(TEXT_BYTES, b"\0"), dtype=np.uint8)
     rows = _allgather_bytes(runtime, buffer)
     return [bytes(row).rstrip(b"\0").decode(errors="replace") for row in rows]
+
+
+def allgather_json(runtime: Runtime, value) -> list:
+    """``value`` (JSON-serialisable) of every process, in process order, on every process."""
+    if runtime.process_count == 1:
+        return [value]
+    data = np.frombuffer(json.dumps(value).encode(), dtype=np.uint8)
+    lengths = gather_values(runtime, [data.size])[:, 0].astype(int)
+    padded = np.zeros(int(lengths.max()), np.uint8)
+    padded[: data.size] = data
+    rows = _allgather_bytes(runtime, padded)
+    return [json.loads(bytes(row[:n]).decode()) for row, n in zip(rows, lengths, strict=True)]
