@@ -12,7 +12,7 @@ APT_PACKAGES := slurm-wlm munge libopenmpi-dev openmpi-bin mosquitto openssl lam
 # runtime needs. On a GPU cluster: `make test MPI4JAX_CUDA_PATH=/usr/local/cuda`.
 MPI4JAX_CUDA_PATH ?= $(CURDIR)/$(VENV)/no-cuda
 
-.PHONY: run test lint format validate bench clean system-packages gpu-install gpu-check
+.PHONY: run test lint format validate bench clean system-packages gpu-install gpu-check native
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -55,12 +55,20 @@ $(TEST_STAMP): $(STAMP) pyproject.toml | system-packages
 run: $(STAMP)
 	$(BIN)/python -m solver $(ARGS)
 
+# The native in-place kernel (fluid.kernel=native): one library per lattice and precision, built
+# with this machine's g++ into build/native/ (about a minute on two cores; rebuilt only when its
+# source, the lattices or jaxlib change). A run that asks for it builds what is missing itself.
+native: $(STAMP)
+	$(BIN)/python -m solver.fluid.native
+
 # Two pytest-xdist workers: most test time is single-threaded XLA compilation, so two workers
 # use both cores of a CI machine. TEST_WORKERS=0 runs the suite in one process.
 TEST_WORKERS ?= 2
 PYTEST_PARALLEL := $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadgroup)
 
+# the tests use the D2Q9 and D3Q19 libraries (D3Q27's are built by the long tests that use them)
 test: $(TEST_STAMP)
+	$(BIN)/python -m solver.fluid.native D2Q9 D3Q19
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/python -m pytest -q $(PYTEST_PARALLEL) $(PYTEST_ARGS)

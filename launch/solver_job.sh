@@ -22,6 +22,10 @@
 #                         0: skip it.
 #   PREFLIGHT_ARGS        extra options for the preflight, e.g. "--allow-untested
 #                         --storage-mib 1024" (python -m solver.preflight --help)
+#   SOLVER_CACHE_DIR      a directory on the shared filesystem for JAX's persistent compilation
+#                         cache, shared by every job that names it (default: <run dir>/jax_cache,
+#                         shared by the requeues of this job); JAX_COMPILATION_CACHE_DIR, if
+#                         set, wins. SOLVER_JAX_CACHE=0 turns the cache off.
 
 set -euo pipefail
 
@@ -60,6 +64,19 @@ fi
 # export XLA_PYTHON_CLIENT_MEM_FRACTION=0.70
 # export XLA_PYTHON_CLIENT_PREALLOCATE=false
 
+# --- NCCL (GPU collectives of domain.halo=xla) -------------------------------------------------
+# Under halo=xla the halo exchange between processes, and the small host agreements between
+# chunks, are XLA collectives: NCCL on GPUs. Under halo=mpi nothing needs NCCL: the halos go
+# through MPI and Orbax's checkpoint barriers through jax.distributed's key-value store
+# (docs/checkpoints.md). If the first collective hangs or fails, ask NCCL what it does:
+# export NCCL_DEBUG=INFO               # version, transports, rings in the job log (WARN: problems)
+# export NCCL_DEBUG_SUBSYS=INIT,NET    # with INFO: just the start-up and network lines
+# NCCL picks the network interface for its bootstrap (and socket transport) itself; on nodes with
+# several (ib0, eno1, docker0, ...) it may pick one that does not reach the other nodes: hang.
+# Name the interface of the fast network, or exclude the wrong ones with ^:
+# export NCCL_SOCKET_IFNAME=ib0        # or e.g. hsn0 (Slingshot), or ^lo,docker0
+# export NCCL_IB_HCA=mlx5              # which InfiniBand adapters NCCL may use
+
 # --- MPI (domain.halo=mpi) --------------------------------------------------------------------
 # mpi4jax sends device buffers directly only with a CUDA-aware MPI; check with
 #   ompi_info --parsable --all | grep mpi_built_with_cuda_support:value
@@ -89,6 +106,28 @@ EXIT_PREEMPTED=75  # the solver stopped on a signal after writing a checkpoint
 mkdir -p "$run_dir"
 run_started="${run_dir}/.solver_job_started"
 touch "$run_started"
+
+# --- JAX's persistent compilation cache -------------------------------------------------------
+# Compiled programs (one per chunk length, and the small ones around it) go to a directory on the
+# shared filesystem, so that a requeued job, and the next job of the same case, grid, mesh and
+# chunk length, load them instead of compiling again (minutes for a large 3D chunk on GPUs). The
+# key is the optimised program with its compile options, devices and jax/jaxlib versions, so a
+# hit is the same executable: results are unchanged. Process 0 writes entries, all read them.
+# Programs that compile in under JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS (1 s) are not kept:
+# the chunks are, not the many small programs that each would be a file on the shared filesystem.
+# JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES 0: no size limit (-1 also stops JAX from raising it
+# for some filesystems). JAX also keeps XLA's GPU autotuning results there.
+if [[ "${SOLVER_JAX_CACHE:-1}" != 0 ]]; then
+    jax_cache="${JAX_COMPILATION_CACHE_DIR:-${SOLVER_CACHE_DIR:+${SOLVER_CACHE_DIR}/jax}}"
+    jax_cache="${jax_cache:-${run_dir}/jax_cache}"
+    mkdir -p "$jax_cache"
+    JAX_COMPILATION_CACHE_DIR="$(cd "$jax_cache" && pwd)"  # absolute, wherever a task starts
+    export JAX_COMPILATION_CACHE_DIR
+    : "${JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS:=1}"
+    : "${JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES:=0}"
+    export JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES
+    echo "solver_job: JAX compilation cache in ${JAX_COMPILATION_CACHE_DIR}"
+fi
 
 # Whether the solver stopped with a checkpoint. srun exits with 75 when every task did. But as
 # soon as the first task exits with 75, srun (--kill-on-bad-exit) terminates the others: one that

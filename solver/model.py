@@ -106,7 +106,14 @@ class Model(Protocol):
         """n steps of the compiled chunk: (state, what the chunk reports per step)."""
 
     def check(self, state: Any, done: int) -> Problem | None:
-        """The health check after a chunk (waits for the chunk to finish)."""
+        """The health check after a chunk (waits for the chunk to finish).
+
+        Optionally split in two for the loop's pipeline (``solver.run.HealthCheck``):
+        ``check_start(state, done) -> pending`` dispatches the device work without waiting and
+        keeps no reference into ``state`` (the next chunk donates it), ``check_finish(pending)
+        -> Problem | None`` reads the result; ``check`` is then their composition. After a
+        problem found that way, ``conclude`` gets the state of the chunk after the failing one
+        (a model whose ``conclude`` reads the state then sets ``check_start = None``)."""
 
     def record(self, first: int, n: int, state: Any, report: Any) -> None:
         """Host bookkeeping of a chunk that ran steps first+1 .. first+n (histories, logs)."""

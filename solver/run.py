@@ -7,7 +7,13 @@ The loop does everything between chunks, once, for every model:
 - the output schedule (chunks end at output steps, checkpoint intervals and hook times);
 - progress (a live bar, or log records when not on a terminal);
 - health: a model's check after every chunk (divergence -> exit 3, buffer overflow -> exit 4)
-  writes run.json with that status and raises the model's error; output so far stays intact;
+  writes run.json with that status (the step: the end of the chunk where it happened) and
+  raises the model's error; output so far stays intact. A model that splits its check
+  (``check_start``/``check_finish``, ``HealthCheck``) is checked in a pipeline: the next chunk
+  is dispatched before the flags are read, so the device does not idle at the chunk end; at an
+  output, checkpoint, hook, stop, telemetry probe or the last step the check completes first,
+  so nothing unhealthy is written; a problem found late discards the chunk dispatched after it
+  (not under halo=mpi with several processes, see ``HealthCheck``);
 - checkpoints (``solver.checkpoint.session.RunCheckpoints``): periodic (steps or minutes, async),
   at the end, and on a stop signal; a run with a checkpoint in its checkpoint directory resumes
   from it (``checkpoint.resume=auto|never|PATH``);
@@ -36,7 +42,7 @@ from solver.checkpoint.preemption import StopRequests
 from solver.checkpoint.session import RunCheckpoints
 from solver.distributed.runtime import Runtime, start
 from solver.errors import PreemptedError
-from solver.model import UNBOUNDED_STEPS, ChunkHook
+from solver.model import UNBOUNDED_STEPS, ChunkHook, Problem
 from solver.output.progress import Progress
 from solver.output.summary import write_run_json
 from solver.telemetry.session import Telemetry
@@ -74,6 +80,71 @@ class Outcome:
     @property
     def velocity(self):
         return None if self.fields is None else self.fields.get("velocity")
+
+
+@dataclass
+class Chunk:
+    """One dispatched chunk: steps ``end - steps + 1 .. end``, dispatched at ``started``
+    (perf_counter s); ``check``: its health check in flight (``HealthCheck.start``); after
+    ``read``: its ``seconds`` and ``problem``."""
+
+    end: int
+    steps: int
+    started: float
+    compiling: bool
+    check: Any
+    seconds: float = 0.0
+    problem: Problem | None = None
+    read: bool = False
+
+
+class HealthCheck:
+    """A model's health check, pipelined where the model splits it in two.
+
+    ``check_start(state, done) -> pending`` dispatches the device work (it must not keep
+    references into ``state``, which the next chunk donates) and ``check_finish(pending)``
+    reads the flags on the host. Such a model's chunk end can be read after the next chunk is
+    dispatched, so the device does not idle while the host waits for the flags; its
+    ``conclude`` after a problem then gets the state of the discarded chunk after it (the
+    fluid's reads none). A model with only ``check`` (or ``check_start = None``) is checked
+    before anything else happens at its chunk end.
+
+    Not under ``domain.halo=mpi`` with several processes: the host collectives between chunks
+    (the check's all-gather, the checkpoint agreement, telemetry) use the communicator that
+    mpi4jax's halo exchange and force sums use inside the chunk; issued while the next chunk
+    runs, two threads would call collectives on one communicator, whose order MPI leaves
+    undefined. (Under the xla halo the host collectives are device programs, queued in order.)
+    """
+
+    def __init__(self, model, runtime: Runtime) -> None:
+        self.model = model
+        self._start = getattr(model, "check_start", None)
+        self._finish = getattr(model, "check_finish", None)
+        mpi_between_chunks = runtime.comm is not None and runtime.process_count > 1
+        self.pipelined = (
+            self._start is not None and self._finish is not None and not mpi_between_chunks
+        )
+
+    def start(self, state, done: int) -> Any:
+        if self.pipelined:
+            return self._start(state, done)
+        return self.model.check(state, done)  # waits for the chunk
+
+    def finish(self, pending) -> Problem | None:
+        return self._finish(pending) if self.pipelined else pending
+
+
+def _probes_state(telemetry: Telemetry, compiling: bool) -> bool:
+    """Telemetry times a halo exchange of this chunk's state at its end (the condition in
+    ``Telemetry.after_chunk``): the state must still be there, so the chunk end is synchronous."""
+    every = telemetry.config.halo_every
+    return (
+        telemetry.enabled
+        and telemetry.exchange is not None
+        and not compiling
+        and every > 0
+        and (telemetry.chunk - 1) % every == 0
+    )
 
 
 def process_logging(output_dir: Path, runtime: Runtime) -> None:
@@ -214,8 +285,51 @@ def _run(config, output_dir, interactive, stops, hook, model_factory, cleanup) -
             summary["outputs"]["telemetry"] = telemetry_summary["csv"]
         return write_run_json(output_dir / "run.json", summary) if root else summary
 
-    timed_steps = 0
+    health = HealthCheck(model, runtime)
+    clock = {"timed_steps": 0, "read": 0.0}  # steps timed apart from compiling; last flag read
+
+    def read(chunk: Chunk) -> None:
+        """Wait for the chunk's health flags and time the chunk: from its dispatch, or from the
+        previous chunk's end if it was queued behind that one."""
+        chunk.problem = health.finish(chunk.check)
+        chunk.read = True
+        now = time.perf_counter()
+        chunk.seconds = now - max(chunk.started, clock["read"])
+        clock["read"] = now
+        if chunk.compiling:  # the first chunk of each length compiles: timed apart
+            timing["compile"] += chunk.seconds
+        else:
+            clock["timed_steps"] += chunk.steps
+            timing["run"] += chunk.seconds
+        timing["rate"] = model.work * (
+            clock["timed_steps"] / timing["run"]
+            if timing["run"] > 0
+            else chunk.steps / chunk.seconds
+        )
+
+    def stop_if_unhealthy(chunk: Chunk) -> None:
+        if chunk.problem is not None:
+            problem = chunk.problem
+            checkpoints.close()
+            summary = finish(problem.status, chunk.end, problem.details)
+            raise problem.error(problem.message, summary, output_dir)
+
+    def publish(chunk: Chunk, state) -> None:
+        """Progress and telemetry of a healthy chunk (``state``: its state, None once the
+        next chunk has taken it over)."""
+        bar.update(chunk.end, timing["rate"] / 1e6)
+        telemetry.after_chunk(
+            chunk.end, chunk.steps, chunk.seconds, chunk.compiling, timing["rate"], state
+        )
+
+    def settle(chunk: Chunk) -> None:
+        """A deferred check: read, stop on a problem (the newer chunk is discarded), publish."""
+        read(chunk)
+        stop_if_unhealthy(chunk)
+        publish(chunk, None)
+
     telemetry.begin()
+    pending: Chunk | None = None  # a healthy-looking chunk whose flags are not read yet
     with Progress(
         None if unbounded else total,
         model.dt,
@@ -229,37 +343,55 @@ def _run(config, output_dir, interactive, stops, hook, model_factory, cleanup) -
             n = next_length(done)
             if n < 1:  # a schedule, checkpoint or hook boundary behind the present: a bug
                 raise RuntimeError(f"run loop: chunk of {n} steps at step {done} of {total}")
-            t0 = time.perf_counter()
-            state, report = model.advance(state, n)
-            problem = model.check(state, done + n)  # waits for the chunk
-            seconds = time.perf_counter() - t0
             compiling = n not in compiled
-            if not compiling:
-                timed_steps += n
-                timing["run"] += seconds
-            else:  # the first chunk of each length compiles: timed apart
-                compiled.add(n)
-                timing["compile"] += seconds
-            timing["rate"] = model.work * (
-                timed_steps / timing["run"] if timing["run"] > 0 else n / seconds
+            compiled.add(n)
+            if compiling and pending is not None:  # compilation is timed apart from running
+                settle(pending)
+                pending = None
+            started = time.perf_counter()
+            state, report = model.advance(state, n)
+            chunk = Chunk(done + n, n, started, compiling, health.start(state, done + n))
+            if not health.pipelined:  # its check waited for the chunk: timed as it ends
+                read(chunk)
+            if pending is not None:  # the previous chunk's flags, read while this chunk runs
+                settle(pending)
+                pending = None
+            # what needs a healthy state at this chunk end (outputs, hooks, the end, telemetry's
+            # look at the state, a checkpoint, a stop) waits for the check; elsewhere the next
+            # chunk is dispatched before this one's flags are read
+            synchronous = (
+                not health.pipelined
+                or hook is not None
+                or chunk.end in schedule
+                or chunk.end >= total
+                or _probes_state(telemetry, compiling)
             )
+            decided = not synchronous
+            if decided:  # every process decides at every chunk end (a collective)
+                save, stop = checkpoints.decide(chunk.end, total, stops.requested)
+                synchronous = save or stop
+            if synchronous and not chunk.read:
+                read(chunk)
             model.record(done, n, state, report)
             done += n
-            if problem is not None:
-                checkpoints.close()
-                summary = finish(problem.status, done, problem.details)
-                raise problem.error(problem.message, summary, output_dir)
+            if not synchronous:
+                pending = chunk
+                continue
+            stop_if_unhealthy(chunk)
             if hook is not None:
                 state = hook.after_chunk(done, model, state)
             if done in schedule:
                 model.write(done, state)
-            bar.update(done, timing["rate"] / 1e6)
-            telemetry.after_chunk(done, n, seconds, compiling, timing["rate"], state)
+            publish(chunk, state)
+            if not decided:
+                save, stop = checkpoints.decide(done, total, stops.requested)
+            if save:
 
-            def extras(step=done, state=state):
-                return model.checkpoint_host(step, state)
+                def extras(step=done, state=state):
+                    return model.checkpoint_host(step, state)
 
-            if checkpoints.after_chunk(done, total, state, extras, stops.requested):
+                checkpoints.save(done, state, extras, wait=stop)
+            if stop:
                 saved = checkpoints.store is not None
                 shutdown = unbounded and stops.signal_name == "SIGTERM"
                 status = "stopped" if shutdown or not saved else "preempted"

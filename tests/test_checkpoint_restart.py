@@ -43,6 +43,19 @@ SHORT = [
     "checkpoint.every_steps=100",
 ]
 FAKE_DEVICES = {"XLA_FLAGS": "--xla_force_host_platform_device_count=4"}
+# ``python -c`` in place of ``-m solver`` under mpirun: the solver with JAX's device-collective
+# barrier and broadcast refused, so Orbax's saves, deletions and restores must wait at
+# jax.distributed's key-value barriers (no NCCL under halo=mpi, docs/checkpoints.md)
+NO_DEVICE_BARRIERS = """
+import runpy
+from jax.experimental import multihost_utils
+
+def refuse(*args, **kwargs):
+    raise RuntimeError(f"a device collective between processes: {args}")
+
+multihost_utils.sync_global_devices = multihost_utils.broadcast_one_to_all = refuse
+runpy.run_module("solver", run_name="__main__", alter_sys=True)
+"""
 
 
 def fields(run_dir: Path) -> dict[str, dict[str, np.ndarray]]:
@@ -118,7 +131,8 @@ def test_sigkill_of_one_mpi_rank_then_resume_equals_uninterrupted(tmp_path, long
 
     run_dir = tmp_path / "run"
     args = [*LONG, "domain.halo=mpi", "domain.mesh=[2,1]", f"hydra.run.dir={run_dir}"]
-    command = [launcher, "-n", "2", "--bind-to", "none", sys.executable, "-m", "solver", *args]
+    solver = ["-c", NO_DEVICE_BARRIERS]
+    command = [launcher, "-n", "2", "--bind-to", "none", sys.executable, *solver, *args]
     first = subprocess.Popen(
         command,
         cwd=ROOT,
@@ -150,7 +164,7 @@ def test_sigkill_of_one_mpi_rank_then_resume_equals_uninterrupted(tmp_path, long
     )
     assert status != "completed", "the run finished before the kill: make LONG longer"
 
-    second = mpirun(2, ["-m", "solver", *args])
+    second = mpirun(2, [*solver, *args])
     assert second.returncode == 0, second.stderr[-3000:]
     step = resumed_step((run_dir / "logs" / "process_0.log").read_text())
     assert 0 < step < 3000

@@ -17,6 +17,8 @@ import pytest
 from mpi import mpirun
 from solver_cli import run_solver
 
+from solver.output.fields import check_xdmf
+
 ROOT = Path(__file__).resolve().parent.parent
 # 5 chunks: the first compiles, the next 4 are judged by the straggler detection (3 in a row)
 CASE = ["case=cavity", "case.resolution=14", "steps=60", "output.every=12", "output.png=false"]
@@ -30,10 +32,26 @@ def solver(args: list[str], env_extra: dict | None = None) -> subprocess.Complet
     return run_solver(args, env_extra)
 
 
-def final_fields(run_dir: Path) -> dict[str, np.ndarray]:
-    with h5py.File(run_dir / "fields.h5", "r") as f:
-        last = sorted(k for k in f if k.startswith("step"))[-1]
-        return {name: f[last][name][...] for name in ("density", "velocity")}
+def assert_same_field_files(ours: Path, reference: Path) -> None:
+    """fields.h5 of ``ours`` (read through its virtual datasets when several processes wrote
+    it) holds every group, dataset (bit for bit) and attribute of ``reference``'s; the same
+    fields.xdmf."""
+    with h5py.File(ours / "fields.h5", "r") as a, h5py.File(reference / "fields.h5", "r") as b:
+        assert sorted(a) == sorted(b)
+
+        def compare(name: str, item) -> None:
+            other = a[name] if name else a
+            assert set(other.attrs) == set(item.attrs), name
+            for key, value in item.attrs.items():
+                assert np.array_equal(other.attrs[key], value), f"{name}: attribute {key}"
+            if isinstance(item, h5py.Dataset):
+                assert other.shape == item.shape and other.dtype == item.dtype, name
+                assert np.array_equal(other[...], item[...]), f"{name} differs from 1 process"
+
+        compare("", b)
+        b.visititems(compare)
+    assert (ours / "fields.xdmf").read_text() == (reference / "fields.xdmf").read_text()
+    assert check_xdmf(ours / "fields.xdmf") == []
 
 
 @pytest.fixture(scope="module")
@@ -74,9 +92,13 @@ def test_mpirun_processes_match_single(single_run, tmp_path, processes, halo, me
     for rank in range(processes):
         log = (out / "logs" / f"process_{rank}.log").read_text()
         assert f"process {rank}" in log and "domain: mesh" in log
-    ours, reference = final_fields(out), final_fields(single_run)
-    for name in reference:
-        assert np.array_equal(ours[name], reference[name]), f"{name} differs from 1 process"
+    # every process wrote its own block; fields.h5 reads as the one-process file
+    parts = sorted(p.name for p in (out / "fields.h5.parts").iterdir())
+    assert parts == [f"process_{rank:05d}.h5" for rank in range(processes)]
+    with h5py.File(out / "fields.h5", "r") as f:
+        assert f["step_00000060/density"].is_virtual
+    assert_same_field_files(out, single_run)
+    assert not (single_run / "fields.h5.parts").exists()
 
 
 def test_mesh_not_matching_processes_is_config_error(tmp_path):
@@ -122,6 +144,6 @@ def test_fake_devices_app_run_matches_single(single_run, tmp_path):
     assert result.returncode == 0, result.stderr[-2000:]
     summary = json.loads((out / "run.json").read_text())
     assert summary["domain"]["mesh"] == [2, 4] and len(summary["devices"]) == 8
-    ours, reference = final_fields(out), final_fields(single_run)
-    for name in reference:
-        assert np.array_equal(ours[name], reference[name]), f"{name} differs from 1 device"
+    # one process with several devices: one file, as on one device
+    assert not (out / "fields.h5.parts").exists()
+    assert_same_field_files(out, single_run)

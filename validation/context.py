@@ -31,6 +31,8 @@ class Context:
         asks for ``fluid.precision=float64`` then computes in float32 (16-bit storage needs
         float32 compute; float32 storage is float32 compute). Runs and plots are named with
         the storage (``validation.cases.storage``).
+    kernel: run every fluid case with this ``fluid.kernel`` (None: as written); runs and plots
+        are named with it (``validation.cases.kernels``).
     """
 
     fast: bool
@@ -40,6 +42,7 @@ class Context:
     body_precision: str = "float64"
     collision: str | None = None
     storage: str | None = None
+    kernel: str | None = None
 
     def pick(self, full: T, fast: T) -> T:
         """The full-size or the fast value."""
@@ -59,6 +62,10 @@ class Context:
         if self.storage is not None:
             overrides = self._with_storage(overrides)
             label = f"{self.storage} {label}"
+        if self.kernel is not None and any(i.startswith(("fluid=", "fluid.")) for i in overrides):
+            overrides = [*(i for i in overrides if not i.startswith("fluid.kernel=")),
+                         f"fluid.kernel={self.kernel}"]  # fmt: skip
+            label = f"{self.kernel} {label}"
         slug = re.sub(r"[^A-Za-z0-9_.-]+", "_", label).strip("_")
         if self.fast:  # short runs: one chunk (one compilation), no progress lines needed
             overrides = [f"chunk={FAST_CHUNK}", *overrides]
@@ -92,4 +99,6 @@ class Context:
             name = f"{name}_{self.collision}"
         if self.storage is not None:
             name = f"{name}_{self.storage}"
+        if self.kernel is not None:
+            name = f"{name}_{self.kernel}"
         return self.out / f"{name}.png", f"{name}.png"

@@ -4,7 +4,7 @@
                            [--sizes 64,128] [--steps 10] [--case periodic|walls|both]
                            [--repeats 5] [--json PATH] [--les none|smagorinsky]
                            [--collisions bgk,trt,regularized,kbc]
-                           [--storages float32,float16,bfloat16]
+                           [--storages float32,float16,bfloat16] [--kernels xla,native]
     python -m solver.bench scaling ...   (weak and strong scaling: see solver/bench/scaling.py)
     python -m solver.bench checkpoint ...   (cost of checkpoints: see solver/bench/checkpoint.py)
     python -m solver.bench bodies ...   (rigid-body step throughput: see solver/bench/bodies.py)
@@ -31,6 +31,12 @@ Storage: ``--storages`` (default: each precision's own) adds one row per storage
 populations (``FluidSetup.storage``, docs/storage.md: float16 and bfloat16 with float32 compute
 only; other pairs are left out). The roofline of a row counts the bytes of its storage dtype,
 2 q sizeof(storage) per cell, so a 16-bit row's roofline is twice the float32 one.
+
+Kernels: ``--kernels`` (default xla) adds one row per step implementation: ``xla`` the pure-JAX
+step on two ghost-padded buffers, ``native`` the in-place kernel on one buffer
+(solver/fluid/inplace_step.py; BGK/TRT, stored as computed: other rows are left out). Both rows
+of a size run in the same process with the copy bandwidth measured alongside, so their MLUPS,
+roofline fractions and bytes per cell compare directly.
 
 Cases: "periodic" is a fully periodic box; "walls" is a duct periodic along x with solid layers
 on every other face (half-way bounce-back), which is what a channel or cavity pays for its walls.
@@ -62,7 +68,9 @@ from jax import lax
 from kernels.lattices import LATTICES, lattice_by_name
 from kernels.storage import SHIFTED, STORAGES
 from solver.fluid import step as fluid_step
-from solver.fluid.setup import COLLISIONS, TENSOR_PRODUCT_COLLISIONS, FluidSetup
+from solver.fluid.config import NATIVE_COLLISIONS
+from solver.fluid.inplace_step import make_inplace_chunk
+from solver.fluid.setup import COLLISIONS, KERNELS, TENSOR_PRODUCT_COLLISIONS, FluidSetup
 
 PRECISIONS = ("float32", "float64")
 CASES = ("periodic", "walls")
@@ -80,6 +88,7 @@ class BenchResult:
     case: str
     collision: str
     storage: str
+    kernel: str
     shape: tuple[int, ...]
     cells: int
     steps: int
@@ -128,10 +137,11 @@ def build_setup(
     les: str = "none",
     collision: str = "bgk",
     storage: str | None = None,
+    kernel: str = "xla",
 ) -> FluidSetup:
     """A box of edge^d cells; for "walls" solid layers on every face not normal to x; ``les``
     "smagorinsky" turns the subgrid model on (C_s = 0.17); ``collision`` names the operator,
-    ``storage`` the populations' storage dtype (None: the precision)."""
+    ``storage`` the populations' storage dtype (None: the precision), ``kernel`` the step."""
     lat = lattice_by_name(lattice_name)
     shape = (edge,) * lat.d
     solid = None
@@ -145,7 +155,8 @@ def build_setup(
             solid[tuple(index)] = True
     return FluidSetup(lattice=lat, shape=shape, omega=1.0 / TAU, dtype=precision, solid=solid,
                       les=les, les_cs=0.17, collision=collision,
-                      storage=None if storage == precision else storage)  # fmt: skip
+                      storage=None if storage == precision else storage,
+                      kernel=kernel)  # fmt: skip
 
 
 def initial_fields(setup: FluidSetup) -> tuple[np.ndarray, np.ndarray]:
@@ -165,7 +176,8 @@ def _compile_chunk(
 
     Works with both chunk(state, n) and chunk(state, geometry, n).
     """
-    chunk = fluid_step.make_chunk(setup)
+    make = make_inplace_chunk if setup.kernel == "native" else fluid_step.make_chunk
+    chunk = make(setup)
     density, velocity = initial_fields(setup)
     state = fluid_step.initial_state(setup, density, velocity)
     stored = setup.storage_dtype
@@ -214,9 +226,10 @@ def bench_one(
     les: str = "none",
     collision: str = "bgk",
     storage: str | None = None,
+    kernel: str = "xla",
 ) -> BenchResult:
     """Time ``repeats`` chunks of ``steps`` steps, each right after one copy-bandwidth run."""
-    setup = build_setup(lattice_name, precision, case, edge, les, collision, storage)
+    setup = build_setup(lattice_name, precision, case, edge, les, collision, storage, kernel)
     start = time.perf_counter()
     advance, state, compiled = _compile_chunk(setup, steps)
     state = advance(state)  # first call: warm-up (allocation, page faults)
@@ -243,6 +256,7 @@ def bench_one(
         case=case,
         collision=collision,
         storage=setup.storage_dtype,
+        kernel=kernel,
         shape=tuple(setup.shape),
         cells=cells,
         steps=steps,
@@ -264,7 +278,8 @@ def _edge_2d(n: int) -> int:
 def format_table(rows: list[BenchResult]) -> str:
     """Fixed-width text table of the results."""
     head = (
-        f"{'lattice':7} {'prec':7} {'storage':8} {'case':8} {'collision':11} {'shape':>15} "
+        f"{'lattice':7} {'prec':7} {'storage':8} {'kernel':6} {'case':8} {'collision':11} "
+        f"{'shape':>15} "
         f"{'MLUPS':>8} "
         f"{'best':>8} "
         f"{'copy GB/s':>9} {'roof MLUPS':>10} {'of roof':>7} {'B/cell':>7}"
@@ -273,7 +288,8 @@ def format_table(rows: list[BenchResult]) -> str:
     for r in rows:
         shape = "x".join(str(s) for s in r.shape)
         lines.append(
-            f"{r.lattice:7} {r.precision:7} {r.storage:8} {r.case:8} {r.collision:11} {shape:>15} "
+            f"{r.lattice:7} {r.precision:7} {r.storage:8} {r.kernel:6} {r.case:8} "
+            f"{r.collision:11} {shape:>15} "
             f"{r.mlups:8.1f} "
             f"{r.mlups_best:8.1f} {r.bandwidth_gbs:9.1f} {r.roofline_mlups:10.0f} "
             f"{100 * r.fraction:6.1f}% {r.peak_bytes_per_cell:7.0f}"
@@ -322,8 +338,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--storages", default="",
                         help=f"comma-separated: {','.join(STORAGES)} (default: the precision; "
                         f"{' and '.join(SHIFTED)} with float32 only)")  # fmt: skip
+    parser.add_argument("--kernels", default="xla",
+                        help=f"comma-separated: {','.join(KERNELS)} (default xla; native: the "
+                        "in-place kernel, BGK/TRT rows only)")  # fmt: skip
     args = parser.parse_args(argv)
     args.storages = [c.lower() for c in _csv(args.storages)]
+    args.kernels = [c.lower() for c in _csv(args.kernels)]
+    for c in args.kernels:
+        if c not in KERNELS:
+            parser.error(f"--kernels: unknown {c!r}; allowed: {', '.join(KERNELS)}")
     for c in args.storages:
         if c not in STORAGES:
             parser.error(f"--storages: unknown {c!r}; allowed: {', '.join(STORAGES)}")
@@ -344,9 +367,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-def supports(lattice, collision: str, les: str) -> bool:
-    """Whether the setup accepts the operator here (KBC: tensor-product lattices, no LES)."""
+def supports(
+    lattice, collision: str, les: str, kernel: str = "xla", storage: str = "", precision: str = ""
+) -> bool:
+    """Whether the setup accepts the operator here (KBC: tensor-product lattices, no LES) and
+    the kernel runs it (native: BGK/TRT without LES, stored as computed)."""
     if collision in TENSOR_PRODUCT_COLLISIONS and lattice.q != 3**lattice.d:
+        return False
+    if kernel == "native" and (
+        collision not in NATIVE_COLLISIONS or les != "none" or storage != precision
+    ):
         return False
     return not (collision == "kbc" and les != "none")
 
@@ -370,7 +400,8 @@ def main(argv: list[str] | None = None) -> int:
         f"copy kernel: {COPY_BYTES // 2**20} MiB x {COPY_ITERATIONS}; "
         f"{args.steps} steps per chunk, median of {args.repeats}; LES {args.les}; "
         f"collisions {', '.join(args.collisions)}; "
-        f"storages {', '.join(args.storages) or 'as the precision'}",
+        f"storages {', '.join(args.storages) or 'as the precision'}; "
+        f"kernels {', '.join(args.kernels)}",
         flush=True,
     )
     rows: list[BenchResult] = []
@@ -386,10 +417,10 @@ def main(argv: list[str] | None = None) -> int:
                 (args.sizes_2d or [_edge_2d(n) for n in args.sizes]) if lat.d == 2 else args.sizes
             )
             storages = storages_for(precision, args.storages)
-            for case, edge, collision, storage in itertools.product(
-                cases, edges, args.collisions, storages
+            for case, edge, collision, storage, kernel in itertools.product(
+                cases, edges, args.collisions, storages, args.kernels
             ):
-                if not supports(lat, collision, args.les):
+                if not supports(lat, collision, args.les, kernel, storage, precision):
                     continue
                 row = bench_one(
                     lat.name,
@@ -402,6 +433,7 @@ def main(argv: list[str] | None = None) -> int:
                     args.les,
                     collision,
                     storage,
+                    kernel,
                 )
                 rows.append(row)
                 lines = format_table([row]).splitlines()

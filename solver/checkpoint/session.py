@@ -1,8 +1,9 @@
 """Checkpoints of one run: where they go, when to save, resuming, and what run.json reports.
 
 The run loop calls, in order: ``resume`` (once, before the first chunk), ``boundary`` (to end
-chunks on ``every_steps`` multiples), ``after_chunk`` (saves when due or when a stop signal
-came; every process calls it, so the decision is agreed over processes), ``finish``.
+chunks on ``every_steps`` multiples), at every chunk end ``decide`` (a save is due or a stop
+signal came; every process calls it, so the decision is agreed over processes) and then
+``save`` if so (``after_chunk`` does both), ``finish``.
 Everything here happens between chunks.
 """
 
@@ -339,12 +340,10 @@ class RunCheckpoints:
         every = self.config.every_steps if self.store is not None else None
         return None if every is None else (done // every + 1) * every
 
-    def after_chunk(self, done: int, total: int, state, extras, stop: bool) -> bool:
-        """Save if due (or if a stop was requested on any process); True if the run must stop.
-
-        ``state`` as this process holds it; ``extras()`` gives (host arrays, JSON metadata)
-        of this step, asked for only when a save happens.
-        """
+    def decide(self, done: int, total: int, stop: bool) -> tuple[bool, bool]:
+        """(save, stop) at the chunk end ``done``: a save is due (``every_steps``,
+        ``every_minutes``) or a stop was requested (``stop``) on any process. Every process
+        calls it at every chunk end, so the answer is agreed over processes."""
         if self.store is not None:
             self._report(self.store.poll())
         due_steps = (
@@ -361,7 +360,16 @@ class RunCheckpoints:
             and done < total
         )
         stop, due_time = self.dist.any_process([stop, due_time])
-        if self.store is not None and (due_steps or due_time or stop):
+        return self.store is not None and (due_steps or due_time or stop), stop
+
+    def after_chunk(self, done: int, total: int, state, extras, stop: bool) -> bool:
+        """Save if due (or if a stop was requested on any process); True if the run must stop.
+
+        ``state`` as this process holds it; ``extras()`` gives (host arrays, JSON metadata)
+        of this step, asked for only when a save happens.
+        """
+        save, stop = self.decide(done, total, stop)
+        if save:
             self.save(done, state, extras, wait=stop)
         return stop
 

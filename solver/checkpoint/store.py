@@ -101,6 +101,22 @@ def _refill(restored, targets):
     return treedef.unflatten(out)
 
 
+def multiprocessing_options() -> object:
+    """Orbax's options naming every process of the run as active (the defaults for one).
+
+    Orbax (0.12) waits at its main-thread barriers with ``jax.experimental.multihost_utils.
+    sync_global_devices``, an all-reduce over every device (NCCL between GPUs), unless the
+    processes are named: then it waits at the ``jax.distributed`` coordination service's
+    key-value barrier (as its background save thread always does). Naming them keeps NCCL out
+    of checkpoints under ``domain.halo=mpi``, where the halos need no NCCL either."""
+    import jax
+
+    ocp = _ocp()
+    if jax.process_count() == 1:
+        return ocp.options.MultiprocessingOptions()
+    return ocp.options.MultiprocessingOptions(active_processes=set(range(jax.process_count())))
+
+
 def directory_bytes(path: Path) -> int:
     return sum(f.stat().st_size for f in Path(path).rglob("*") if f.is_file())
 
@@ -136,6 +152,8 @@ class CheckpointStore:
         self.is_root = is_root
         self.file_size = file_size
         self.async_save = async_save
+        if not read_only:  # every process, before Orbax looks (idempotent)
+            self.directory.mkdir(parents=True, exist_ok=True)
         self.manager = ocp.CheckpointManager(
             self.directory,
             options=ocp.CheckpointManagerOptions(
@@ -143,8 +161,9 @@ class CheckpointStore:
                 enable_async_checkpointing=async_save,
                 # another run's directory (resume=PATH) may be saving right now: leave it alone
                 cleanup_tmp_directories=not read_only,
-                create=not read_only,
+                create=False,  # made above: Orbax refuses ``create`` with active_processes
                 read_only=read_only,
+                multiprocessing_options=multiprocessing_options(),
             ),
             item_handlers={
                 # zstd takes ~6x the CPU time of an uncompressed save for ~25% fewer bytes of

@@ -10,6 +10,8 @@ loop talks to it only between chunks:
 - ``gather``: a field back on the host of process 0 (None on the others). Within one process
   it is a device-to-host copy; across processes ``xla`` gathers with an all-gather (every
   process briefly holds the whole field) and ``mpi`` with ``MPI_Gather`` to rank 0.
+- ``local_blocks`` / ``block_owners``: the blocks of a field that this process holds, and which
+  process holds which block, without any communication (per-process field output).
 - ``first_bad``: the global position of the first diverged cell, from every shard's check.
 - ``global_view`` / ``restore_targets`` / ``local_view``: a state pytree as the global arrays a
   checkpoint holds, and back. Grid fields are the leaves whose trailing axes are the grid (the
@@ -34,6 +36,7 @@ from solver.distributed.decomposition import Decomposition, choose_mesh
 from solver.distributed.halo import MpiHalo, XlaHalo
 from solver.distributed.runtime import Runtime
 from solver.errors import ConfigError
+from solver.fluid.inplace_step import make_inplace_chunk
 from solver.fluid.padded import exchange_ghosts
 from solver.fluid.setup import FluidSetup
 from solver.fluid.step import (
@@ -119,7 +122,9 @@ class Distribution:
     def chunk(self, setup: FluidSetup) -> Callable[[FluidState, FluidGeometry, int], tuple]:
         """jit-compiled chunk(state, geometry, n) -> (state, forces (n, d)); the state is
         donated and n is static."""
-        if self.backend == "single":
+        if setup.kernel == "native":  # one device (checked by require_native)
+            local = make_inplace_chunk(setup)
+        elif self.backend == "single":
             local = make_chunk(setup)
         elif self.backend == "mpi":
             local = make_chunk(setup, MpiHalo(self.decomposition, self.runtime.comm))
@@ -218,6 +223,48 @@ class Distribution:
 
         full = np.asarray(multihost_utils.process_allgather(array, tiled=True))
         return full if self.is_root else None
+
+    def block_owners(self, array: Array, lead: int = 0) -> dict[int, list[tuple[slice, ...]]]:
+        """Which process writes which block of a grid field (*lead, *shape): process index ->
+        global index ranges over the grid axes, in the order of their first cell. A block
+        held by several processes (replicated) belongs to the lowest of them. The same on
+        every process; no communication."""
+        full = tuple(slice(0, n) for n in self.decomposition.shape)
+        if self.backend == "single":
+            return {0: [full]}
+        if self.backend == "mpi":
+            shards = range(self.decomposition.shards)
+            return {rank: [self.decomposition.block(rank)] for rank in shards}
+        owner: dict[tuple[int, ...], tuple[int, tuple[slice, ...]]] = {}
+        for device, index in array.sharding.devices_indices_map(array.shape).items():
+            block = _grid_slices(index[lead:], self.decomposition.shape)
+            key = tuple(s.start for s in block)
+            if key not in owner or device.process_index < owner[key][0]:
+                owner[key] = (device.process_index, block)
+        owners: dict[int, list[tuple[slice, ...]]] = {}
+        for key in sorted(owner):
+            process, block = owner[key]
+            owners.setdefault(process, []).append(block)
+        return owners
+
+    def local_blocks(
+        self, array: Array, lead: int = 0
+    ) -> list[tuple[tuple[slice, ...], np.ndarray]]:
+        """This process's blocks of a grid field (*lead, *shape) on the host: (global index
+        ranges over the grid axes, (*lead, *block shape) array) for each block that
+        ``block_owners`` gives this process, in that order. Nothing crosses processes: under
+        ``xla`` these are addressable shards, under ``mpi`` the process's own block."""
+        if self.backend == "single":
+            return [(tuple(slice(0, n) for n in self.decomposition.shape), np.asarray(array))]
+        process = self.runtime.process_index
+        if self.backend == "mpi":
+            return [(self.decomposition.block(process), np.asarray(array))]
+        shards = {}
+        for shard in array.addressable_shards:
+            block = _grid_slices(shard.index[lead:], self.decomposition.shape)
+            shards.setdefault(tuple(s.start for s in block), shard)
+        blocks = self.block_owners(array, lead).get(process, [])
+        return [(b, np.asarray(shards[tuple(s.start for s in b)].data)) for b in blocks]
 
     def first_bad(self, bad: Array, where: Array, value: Array) -> tuple[tuple, float] | None:
         """The global cell index and density of the first bad cell, or None if none is bad.
@@ -399,6 +446,11 @@ class HostLayout:
 
     def sum_blocks(self, values: list[int]) -> list[int]:
         return [int(v) for v in values]
+
+
+def _grid_slices(index: tuple[slice, ...], shape: tuple[int, ...]) -> tuple[slice, ...]:
+    """A shard's index over the grid axes with explicit starts and stops."""
+    return tuple(slice(*s.indices(n)[:2]) for s, n in zip(index, shape, strict=True))
 
 
 def _call_chunk(local: Callable, n: int, state: FluidState, geometry: FluidGeometry):

@@ -26,6 +26,10 @@ COLLISIONS = ("bgk", "trt", "regularized", "kbc")
 # KBC needs a tensor-product velocity set (kernels/collision_kbc.py)
 KBC_LATTICES = ("D2Q9", "D3Q27")
 LES_MODELS = ("none", "smagorinsky")
+# fluid.kernel: the pure-JAX step on two ghost-padded buffers, or the native in-place kernel
+# on one buffer (kernels/native/lb_inplace.cc; one device, BGK/TRT, walls and body forces)
+KERNELS = ("xla", "native")
+NATIVE_COLLISIONS = ("bgk", "trt")
 INFLOWS = ("parabolic", "uniform")
 # case.inlet / case.outlet -> OpenBoundary.kind
 INLETS = {"extrapolation": "velocity", "bounce_back": "velocity_bounce_back"}
@@ -52,6 +56,7 @@ class FluidConfig:
     les: str = "none"  # "none" | "smagorinsky"
     les_cs: float = 0.1  # Smagorinsky constant
     storage: str | None = None  # dtype the populations are kept in; None: ``precision``
+    kernel: str = "xla"  # one of KERNELS
 
     @property
     def dimension(self) -> int:
@@ -213,17 +218,47 @@ def parse_fluid(s: Section) -> FluidConfig:
             "subgrid model; fluid.les works with bgk, trt and regularized)",
         )
     precision = s.choice("precision", PRECISIONS)
+    storage = _storage(s, precision)
+    kernel = _kernel(s, collision, les, storage)
     return FluidConfig(
         lattice=lattice,
         collision=collision,
         trt_magic=s.number("trt_magic", low=0.0),
         precision=precision,
-        storage=_storage(s, precision),
+        storage=storage,
+        kernel=kernel,
         les=les,
         les_cs=s.number("les_cs", low=0.0, high=1.0),
         # the Mach limit (u_lattice / c_s <= 0.3) is checked where the case knows its peak velocity
         u_lattice=s.number("u_lattice", low=0.0, high=1.0),
     )
+
+
+def _kernel(s: Section, collision: str, les: str, storage: str | None) -> str:
+    """``fluid.kernel`` (absent: xla), checked against the collision, les and storage keys;
+    what depends on the case (open faces, curved walls, obstacle forces) is checked when the
+    case is built."""
+    if "kernel" not in s.data or s.data.get("kernel") is None:
+        return "xla"
+    kernel = s.choice("kernel", KERNELS, case_sensitive=False)
+    if kernel != "native":
+        return kernel
+    if collision not in NATIVE_COLLISIONS:
+        raise ConfigError(
+            s.key("kernel"),
+            kernel,
+            f"xla with fluid.collision={collision} (the native kernel has "
+            f"{' and '.join(NATIVE_COLLISIONS)})",
+        )
+    if les != "none":
+        raise ConfigError(s.key("kernel"), kernel, f"xla with fluid.les={les}")
+    if storage is not None and storage in SHIFTED:
+        raise ConfigError(
+            s.key("kernel"),
+            kernel,
+            f"xla with fluid.storage={storage} (the native kernel stores what it computes)",
+        )
+    return kernel
 
 
 def _storage(s: Section, precision: str) -> str | None:

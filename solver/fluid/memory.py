@@ -18,7 +18,9 @@ host (NumPy, float64 as the case builders allocate):
 device (per shard of L cells, Lp = L with one ghost layer on every face; ``solver.fluid.step``):
     populations      the state, the chunk's two padded buffers, scratch buffers for
                      materialised streaming (curved walls, open boundaries, force measurement)
-                     and the wall rules' temporaries: s q (1 + 2 Lp / L + extra) L;
+                     and the wall rules' temporaries: s q (1 + 2 Lp / L + extra) L; with
+                     fluid.kernel=native the state alone, s q L, plus the solid mask and the
+                     wall links (solver/fluid/inplace_step.py);
     geometry         masks and wall arrays, unpadded and padded; the (d + 1) moments.
 Checked against a built case and XLA's compiled-memory figures in tests/test_memory.py (within a
 factor of 2 either way). On the CPU the devices' arrays live in host memory too.
@@ -145,6 +147,13 @@ def estimate(config, shape: tuple[int, ...], mesh: tuple[int, ...] | None = None
         device += local + padded
     if footprint.wall_velocity:
         device += itemsize * d * (local + padded)
+    if getattr(config.fluid, "kernel", "xla") == "native":
+        # the in-place kernel holds the state alone (aliased in and out), the solid mask and
+        # its wall links (16 bytes of slots and one Ladd term each; at most q - 1 per fluid
+        # node next to a wall: counted as if one node in eight were)
+        device = itemsize * q * local
+        if footprint.solid:
+            device += local + (16 + itemsize) * (q - 1) * local // 8
     if footprint.curved:
         device += itemsize * q * (local + padded) + local + padded
     if footprint.coupled:

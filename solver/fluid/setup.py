@@ -17,6 +17,7 @@ COLLISIONS = ("bgk", "trt", "regularized", "kbc")
 # the operators that need the tensor-product lattices D2Q9 and D3Q27 (q = 3^d)
 TENSOR_PRODUCT_COLLISIONS = ("kbc",)
 LES_MODELS = ("none", "smagorinsky")
+KERNELS = ("xla", "native")
 # OpenBoundary.kind: the inlets prescribe a velocity, the outlets a density or an outflow
 INLET_KINDS = ("velocity", "velocity_bounce_back")
 OUTLET_KINDS = ("pressure", "pressure_anti_bounce_back", "convective")
@@ -124,6 +125,8 @@ class FluidSetup:
             (kernels/collision.py), on BGK, TRT and regularized (TRT keeps Lambda, so its odd
             rate follows); not with KBC.
         les_cs: the Smagorinsky constant C_s (> 0), used with les = "smagorinsky".
+        kernel: "xla" (the pure-JAX step, solver/fluid/step.py) or "native" (the in-place
+            kernel on one buffer, solver/fluid/inplace_step.py; one device).
         solid: (*shape) bool, True on solid nodes. Domain edges are periodic, so walls at the
             box edges are solid layers.
         wall_velocity: (d, *shape) lattice velocity of solid nodes (moving walls, Ladd's rule);
@@ -151,6 +154,7 @@ class FluidSetup:
     trt_magic: float = 3.0 / 16.0
     les: str = "none"
     les_cs: float = 0.1
+    kernel: str = "xla"
     solid: np.ndarray | None = field(default=None, repr=False)
     wall_velocity: np.ndarray | None = field(default=None, repr=False)
     wall_distance: np.ndarray | None = field(default=None, repr=False)
@@ -184,6 +188,8 @@ class FluidSetup:
             )
         if self.collision == "kbc" and self.les != "none":
             raise ValueError(f"collision 'kbc' takes no subgrid model (les {self.les!r})")
+        if self.kernel not in KERNELS:
+            raise ValueError(f"kernel {self.kernel!r} not in {KERNELS}")
         if not self.les_cs > 0.0:
             raise ValueError(f"les_cs={self.les_cs} must be > 0")
         if not 0.0 < self.omega < 2.0:

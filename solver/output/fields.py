@@ -15,6 +15,11 @@ plane, and a one-layer 3D mesh onto the x-y plane as wanted):
 ``solver_layout`` turns a stored array back into (x, y[, z]) or (d, x, y[, z]). The file is opened,
 written and closed for every output step, so a crash or a divergence leaves a complete, readable
 file.
+
+Several processes (``solver.output.field_parts``): each writes its own blocks into
+``fields.h5.parts/process_NNNNN.h5``, and process 0's ``fields.h5`` holds, under the same names,
+shapes and attributes, HDF5 *virtual* datasets that stitch those blocks together, so readers see
+one file. Move or copy the folder together with ``fields.h5``.
 """
 
 from __future__ import annotations
@@ -27,6 +32,29 @@ import h5py
 import numpy as np
 
 GROUP_FORMAT = "step_{:08d}"
+PARTS_SUFFIX = ".parts"  # fields.h5 -> fields.h5.parts/, the per-process files
+PART_FORMAT = "process_{:05d}.h5"
+
+
+def parts_dir(h5_path: Path) -> Path:
+    """The folder of the per-process files that ``h5_path``'s virtual datasets read."""
+    h5_path = Path(h5_path)
+    return h5_path.with_name(h5_path.name + PARTS_SUFFIX)
+
+
+def part_path(h5_path: Path, process: int) -> Path:
+    """Process ``process``'s file of blocks for ``h5_path``."""
+    return parts_dir(h5_path) / PART_FORMAT.format(process)
+
+
+def part_files(h5_path: Path) -> dict[int, Path]:
+    """The per-process files present for ``h5_path``, by process index."""
+    found = {}
+    for path in parts_dir(h5_path).glob("process_*.h5"):
+        index = path.stem.removeprefix("process_")
+        if index.isdigit():
+            found[int(index)] = path
+    return found
 
 
 def file_layout(field: np.ndarray, vector: bool) -> np.ndarray:
@@ -117,39 +145,38 @@ class FieldWriter:
         Returns:
             the HDF5 group name.
         """
-        name = GROUP_FORMAT.format(step)
+        d = velocity.shape[0]
         with h5py.File(self.h5_path, "a") as f:
-            if name in f:
-                del f[name]
-            g = f.create_group(name)
-            g.attrs["step"] = int(step)
-            g.attrs["time"] = float(time)
-            g.attrs["time_units"] = "s"
+            g = new_step_group(f, step, time)
             ds = g.create_dataset("density", data=file_layout(np.asarray(density), False))
-            ds.attrs["units"] = "kg/m^3"
+            label_field(ds, "density", d)
             ds = g.create_dataset("velocity", data=file_layout(np.asarray(velocity), True))
-            ds.attrs["units"] = "m/s"
-            ds.attrs["components"] = "xyz"[: velocity.shape[0]]
+            label_field(ds, "velocity", d)
+        return self._indexed(step, time)
+
+    def _indexed(self, step: int, time: float) -> str:
+        """Record a written step in fields.xdmf; its group name."""
         self.steps = [s for s in self.steps if s[0] != step] + [(int(step), float(time))]
         self._write_xdmf()
-        return name
+        return GROUP_FORMAT.format(step)
 
     def _reopen(self, resume_step: int) -> bool:
         """Keep an existing file of this grid up to ``resume_step``; False if there is none."""
         if not self.h5_path.is_file():
             return False
-        with h5py.File(self.h5_path, "a") as f:
+        with h5py.File(self.h5_path, "r") as f:
             if tuple(int(n) for n in f.attrs.get("shape", ())) != self.shape:
                 return False
-            for name in [n for n in f if n.startswith("step_")]:
-                step = int(f[name].attrs["step"])
-                if step > resume_step:
-                    del f[name]
-                else:
-                    self.steps.append((step, float(f[name].attrs["time"])))
-        self.steps.sort()
+        self.steps = truncate_steps(self.h5_path, resume_step)
+        self._truncate_parts(resume_step)
         self._write_xdmf()
         return True
+
+    def _truncate_parts(self, resume_step: int) -> None:
+        """Drop later steps from per-process files left by an earlier run of several processes
+        (this process alone writes here; none of them is in use)."""
+        for path in part_files(self.h5_path).values():
+            truncate_steps(path, resume_step)
 
     # -- XDMF ---------------------------------------------------------------------------------
 
@@ -159,6 +186,41 @@ class FieldWriter:
         tmp = self.xdmf_path.with_suffix(".xdmf.tmp")
         tmp.write_text(text)
         os.replace(tmp, self.xdmf_path)
+
+
+def new_step_group(f: h5py.File, step: int, time: float) -> h5py.Group:
+    """A fresh group for ``step`` (replacing one of that name) with its step and time (s)."""
+    name = GROUP_FORMAT.format(step)
+    if name in f:
+        del f[name]
+    g = f.create_group(name)
+    g.attrs["step"] = int(step)
+    g.attrs["time"] = float(time)
+    g.attrs["time_units"] = "s"
+    return g
+
+
+def label_field(ds: h5py.Dataset, name: str, d: int) -> None:
+    """The attributes of a ``density`` or ``velocity`` dataset; d: spatial dimension."""
+    if name == "density":
+        ds.attrs["units"] = "kg/m^3"
+    else:
+        ds.attrs["units"] = "m/s"
+        ds.attrs["components"] = "xyz"[:d]
+
+
+def truncate_steps(path: Path, resume_step: int) -> list[tuple[int, float]]:
+    """Delete the step groups after ``resume_step`` from an HDF5 file; the kept (step, time)s,
+    sorted."""
+    kept = []
+    with h5py.File(path, "a") as f:
+        for name in [n for n in f if n.startswith("step_")]:
+            step = int(f[name].attrs["step"])
+            if step > resume_step:
+                del f[name]
+            else:
+                kept.append((step, float(f[name].attrs["time"])))
+    return sorted(kept)
 
 
 def xdmf_document(

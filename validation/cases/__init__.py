@@ -11,6 +11,7 @@ from validation.cases import (
     coupled,
     cylinder,
     geometry,
+    kernels,
     operators,
     stability,
     storage,
@@ -37,6 +38,7 @@ CASES: dict[str, Callable[[Context], CaseResult]] = {
     "stability": stability.stability,
     "operators": operators.operators,
     "storage": storage.storage,
+    "kernels": kernels.kernels,
     "settling_sphere": coupled.settling_sphere,
     "sphere_array": coupled.sphere_array,
     "dkt": coupled.dkt,
@@ -58,6 +60,8 @@ BODY_CASES = ("projectile", "bounce", "incline", "cradle", "tumbling")
 # in tests/test_validation_fast.py; the operators themselves in test_kernels_collision_robust).
 # storage reruns the same seven cases with three storage precisions (its override rewriting
 # and the stored form are tested in tests/test_storage.py).
+# kernels reruns six of them with the XLA step and the native kernel (the kernel's equality
+# with the XLA step is tested in tests/test_native_kernel.py).
 # sphere_re100's fast variant is two 3D tunnel runs of a minute each (tests/test_geometry.py
 # checks the STL-vs-exact agreement on a small grid in make test).
 FULL_ONLY = (
@@ -69,6 +73,7 @@ FULL_ONLY = (
     "stability",
     "operators",
     "storage",
+    "kernels",
 )
 
 __all__ = ["BODY_CASES", "CASES", "FULL_ONLY"]

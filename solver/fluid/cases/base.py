@@ -183,6 +183,7 @@ def fluid_setup(
         trt_magic=fluid.trt_magic,
         les=fluid.les,
         les_cs=fluid.les_cs,
+        kernel=fluid.kernel,
         **geometry,
     )
 

@@ -1,0 +1,336 @@
+// In-place lattice-Boltzmann chunk on ONE population buffer (the AA access pattern), as an XLA
+// FFI handler for the CPU.
+//
+// The AA pattern (Bailey et al. 2009, "Accelerating lattice Boltzmann fluid flow simulations
+// using graphics processors", ICPP) alternates two kinds of step on a single array A[i][x]:
+//   even step: cell x reads f_i = A[i][x], collides, writes f*_i to A[opp(i)][x]   (local);
+//   odd step:  cell x reads f_i = A[opp(i)][x - c_i], collides, writes f*_i to A[i][x + c_i].
+// In the odd step cell x reads and writes exactly the set {A[i][x + c_i]}; these sets of
+// different cells are disjoint, so every cell updates in place without races, and after an
+// even + odd pair A is back in the natural layout: A[i][x] = f_i(x), the pre-collision
+// populations at the new time (the state the pure-JAX step keeps between chunks).
+//
+// Half-way bounce-back (derivation in docs/performance.md, "One population buffer"): the
+// sweeps treat every node alike, solid ones included (their values are never read by a fluid
+// node), and the links from a solid node s = x - c_k into a fluid node x are repaired between
+// sweeps from a list made once on the host:
+//   after an even sweep: A[opp k][s] = A[k][x] + ladd_k  (the even step left f*_{opp k}(x) in
+//                        A[k][x]; the odd sweep of x reads its f_k from A[opp k][s]);
+//   after an odd sweep:  A[k][x] = A[opp k][s] + ladd_k  (x pushed its f*_{opp k} into the solid
+//                        slot A[opp k][s]; the even sweep of x reads f_k from A[k][x]),
+// ladd_k = 6 w_k c_k.u_w(s) being Ladd's moving-wall term (0 on resting walls). Each repaired
+// slot belongs to one link, and no sweep of another node touches it in between. Between chunks
+// the state is the natural layout with solid nodes at rest (f_i = w_i), exactly as in the
+// pure-JAX step: the chunk resets the solid nodes at its end.
+//
+// Collision: BGK or TRT with Guo's forcing, the same formulas as kernels/collision.py and
+// kernels/equilibrium.py (the pure-JAX step is the reference this must equal to round-off).
+// The 2D lattice is handled as a 3D grid (nx, 1, ny) with c = (cx, 0, cy).
+//
+// Layout: A is (q, nx, ny, nz) C-ordered (the solver's (q, *shape)); the innermost loop runs
+// over z, contiguous for every direction, and is vectorised (OpenMP simd); rows of (x, y) are
+// split over OpenMP threads.
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+#include <string>
+#include <utility>
+
+#include "xla/ffi/api/ffi.h"
+#include "lattices.inc"  // generated from kernels/lattices.py by solver/fluid/native.py
+
+namespace ffi = xla::ffi;
+using idx = std::ptrdiff_t;
+
+namespace {
+
+struct Grid {
+  idx nx, ny, nz, n;  // n = nx * ny * nz cells
+  idx row(idx x, idx y) const {
+    x = (x % nx + nx) % nx;
+    y = (y % ny + ny) % ny;
+    return (x * ny + y) * nz;
+  }
+  // z + dz for |dz| <= 1, periodic: a compare instead of a modulo
+  idx stepz(idx z, int dz) const {
+    const idx s = z + dz;
+    return s < 0 ? s + nz : (s >= nz ? s - nz : s);
+  }
+};
+
+template <class T>
+struct Rates {
+  T omega_plus, omega_minus;
+};
+
+// Collide one cell: f (q values) in, f* out, with the body force F (3 components, 0 in unused
+// ones) when FORCE. Formulas and constants as kernels/equilibrium.py and kernels/collision.py.
+template <class L, class T, bool FORCE>
+__attribute__((always_inline)) inline void collide(T* f, const T* F, Rates<T> r) {
+  constexpr int Q = L::Q;
+  T rho = 0, jx = 0, jy = 0, jz = 0;
+#pragma GCC unroll 32
+  for (int i = 0; i < Q; ++i) {
+    rho += f[i];
+    if (L::c[i][0]) jx += L::c[i][0] * f[i];
+    if (L::c[i][1]) jy += L::c[i][1] * f[i];
+    if (L::c[i][2]) jz += L::c[i][2] * f[i];
+  }
+  if (FORCE) {
+    jx += T(0.5) * F[0];
+    jy += T(0.5) * F[1];
+    jz += T(0.5) * F[2];
+  }
+  const T ux = jx / rho, uy = jy / rho, uz = jz / rho;
+  const T usq = ux * ux + uy * uy + uz * uz;
+  const T base = T(1) - usq * T(1.5);
+  T feq[Q];
+#pragma GCC unroll 32
+  for (int i = 0; i < Q; ++i) {
+    const T cu = L::c[i][0] * ux + L::c[i][1] * uy + L::c[i][2] * uz;
+    feq[i] = T(L::w[i]) * rho * (base + cu * T(3) + cu * cu * T(4.5));
+  }
+  // TRT; BGK is the same with omega_minus = omega_plus (equal to round-off, one code path)
+  T post[Q];
+#pragma GCC unroll 32
+  for (int i = 0; i < Q; ++i) {
+    const int j = L::opp[i];
+    const T ni = f[i] - feq[i], nj = f[j] - feq[j];
+    post[i] = f[i] - r.omega_plus * (T(0.5) * (ni + nj)) - r.omega_minus * (T(0.5) * (ni - nj));
+  }
+  if (FORCE) {
+    const T uf = ux * F[0] + uy * F[1] + uz * F[2];
+    const T even_factor = T(1) - T(0.5) * r.omega_plus;
+    const T odd_factor = T(1) - T(0.5) * r.omega_minus;
+#pragma GCC unroll 32
+    for (int i = 0; i < Q; ++i) {
+      const T cf = L::c[i][0] * F[0] + L::c[i][1] * F[1] + L::c[i][2] * F[2];
+      const T cu = L::c[i][0] * ux + L::c[i][1] * uy + L::c[i][2] * uz;
+      const T w = T(L::w[i]);
+      post[i] += even_factor * (w * (cu * cf * T(9) - uf * T(3))) + odd_factor * (w * cf * T(3));
+    }
+  }
+#pragma GCC unroll 32
+  for (int i = 0; i < Q; ++i) f[i] = post[i];
+}
+
+// One sweep (an even or an odd step) over the grid, every node alike.
+template <class L, class T, bool ODD, bool FORCE>
+void sweep(T* A, const Grid& g, const T* F, Rates<T> r) {
+  constexpr int Q = L::Q;
+  const idx n = g.n, nz = g.nz;
+#pragma omp parallel for collapse(2) schedule(static)
+  for (idx x = 0; x < g.nx; ++x) {
+    for (idx y = 0; y < g.ny; ++y) {
+      idx rm[Q], rp[Q];  // rows of x - c_k and x + c_k
+      for (int k = 0; k < Q; ++k) {
+        rm[k] = g.row(x - L::c[k][0], y - L::c[k][1]);
+        rp[k] = g.row(x + L::c[k][0], y + L::c[k][1]);
+      }
+      const idx r0 = g.row(x, y);
+      // one cell; WRAP: z at an end of the row (periodic index), else plain offsets that the
+      // vectoriser sees as contiguous
+      auto cell = [&](idx z, auto wrap) {
+        constexpr bool WRAP = decltype(wrap)::value;
+        const idx here = r0 + z;
+        T f[Q];
+#pragma GCC unroll 32
+        for (int k = 0; k < Q; ++k) {
+          if (ODD) {
+            const idx src = rm[k] + (WRAP ? g.stepz(z, -L::c[k][2]) : z - L::c[k][2]);
+            f[k] = A[L::opp[k] * n + src];
+          } else {
+            f[k] = A[k * n + here];
+          }
+        }
+        collide<L, T, FORCE>(f, F, r);
+#pragma GCC unroll 32
+        for (int k = 0; k < Q; ++k) {
+          if (ODD) {
+            const idx dst = rp[k] + (WRAP ? g.stepz(z, L::c[k][2]) : z + L::c[k][2]);
+            A[k * n + dst] = f[k];
+          } else {
+            A[L::opp[k] * n + here] = f[k];
+          }
+        }
+      };
+      using yes = std::true_type;
+      using no = std::false_type;
+      cell(0, yes{});
+#pragma omp simd
+      for (idx z = 1; z < nz - 1; ++z) cell(z, no{});
+      if (nz > 1) cell(nz - 1, yes{});
+    }
+  }
+}
+
+// The links from solid into fluid nodes: slots[2 l] = opp(k) n + s (the solid slot),
+// slots[2 l + 1] = k n + x (the fluid slot), ladd[l] Ladd's term. AFTER_ODD: fluid slot from
+// solid slot; else the other way.
+template <class T, bool AFTER_ODD>
+void repair_links(T* A, const int64_t* slots, const T* ladd, idx links) {
+#pragma omp parallel for schedule(static)
+  for (idx l = 0; l < links; ++l) {
+    const int64_t solid_slot = slots[2 * l], fluid_slot = slots[2 * l + 1];
+    if (AFTER_ODD) {
+      A[fluid_slot] = A[solid_slot] + ladd[l];
+    } else {
+      A[solid_slot] = A[fluid_slot] + ladd[l];
+    }
+  }
+}
+
+template <class L, class T>
+void rest_in_solids(T* A, const uint8_t* solid, const Grid& g) {
+  const idx n = g.n;
+#pragma omp parallel for schedule(static)
+  for (idx c = 0; c < n; ++c) {
+    if (!solid[c]) continue;
+    for (int k = 0; k < L::Q; ++k) A[k * n + c] = T(L::w[k]);
+  }
+}
+
+// After an even step (an odd-length chunk): stream in place to the natural layout. The pairs
+// (A[k][x], A[opp k][x - c_k]) of fluid nodes swap; a population from a solid node is already
+// where the natural layout wants it (the even step's f*_{opp k} in A[k][x]) but for Ladd's
+// term, added from the link list.
+template <class L, class T, bool SOLID>
+void stream_pairs(T* A, const uint8_t* solid, const Grid& g, const int64_t* slots,
+                  const T* ladd, idx links) {
+  constexpr int Q = L::Q;
+  const idx n = g.n;
+#pragma omp parallel for collapse(2) schedule(static)
+  for (idx x = 0; x < g.nx; ++x) {
+    for (idx y = 0; y < g.ny; ++y) {
+      idx rm[Q];
+      for (int k = 0; k < Q; ++k) rm[k] = g.row(x - L::c[k][0], y - L::c[k][1]);
+      const idx r0 = g.row(x, y);
+      for (idx z = 0; z < g.nz; ++z) {
+        const idx here = r0 + z;
+        if (SOLID && solid[here]) continue;
+        for (int k = 1; k < Q; k += 2) {  // each pair once: from its odd-numbered direction
+          const idx src = rm[k] + g.stepz(z, -L::c[k][2]);
+          if (SOLID && solid[src]) continue;
+          std::swap(A[k * n + here], A[L::opp[k] * n + src]);
+        }
+      }
+    }
+  }
+  if (SOLID) {
+#pragma omp parallel for schedule(static)
+    for (idx l = 0; l < links; ++l) A[slots[2 * l + 1]] += ladd[l];
+  }
+}
+
+template <class L, class T, bool SOLID, bool FORCE>
+void run_chunk(T* A, const uint8_t* solid, const int64_t* slots, const T* ladd, idx links,
+               const Grid& g, const T* forces, int64_t steps, Rates<T> r) {
+  T zero[3] = {0, 0, 0};
+  auto force_at = [&](int64_t s) -> const T* { return FORCE ? forces + 3 * s : zero; };
+  int64_t s = 0;
+  for (; s + 1 < steps; s += 2) {
+    sweep<L, T, false, FORCE>(A, g, force_at(s), r);
+    if (SOLID) repair_links<T, false>(A, slots, ladd, links);
+    sweep<L, T, true, FORCE>(A, g, force_at(s + 1), r);
+    if (SOLID) repair_links<T, true>(A, slots, ladd, links);
+  }
+  if (s < steps) {
+    sweep<L, T, false, FORCE>(A, g, force_at(s), r);
+    stream_pairs<L, T, SOLID>(A, solid, g, slots, ladd, links);
+  }
+  if (SOLID) rest_in_solids<L, T>(A, solid, g);
+}
+
+template <class L, class T>
+ffi::Error chunk_impl(ffi::AnyBuffer populations, ffi::AnyBuffer solid, ffi::AnyBuffer slots,
+                      ffi::AnyBuffer ladd, ffi::AnyBuffer forces, ffi::Result<ffi::AnyBuffer> out,
+                      int64_t steps, double omega_plus, double omega_minus, int64_t walls,
+                      int64_t force) {
+  auto dims = populations.dimensions();
+  if (dims.size() != static_cast<size_t>(L::D + 1) || dims[0] != L::Q) {
+    return ffi::Error::InvalidArgument("populations must be (q, *shape) of the kernel's lattice");
+  }
+  Grid g{};
+  g.nx = dims[1];
+  g.ny = L::D == 3 ? dims[2] : 1;
+  g.nz = L::D == 3 ? dims[3] : dims[2];
+  g.n = g.nx * g.ny * g.nz;
+  T* A = static_cast<T*>(out->untyped_data());
+  const T* in = static_cast<const T*>(populations.untyped_data());
+  if (A != in) {  // not aliased (XLA copied): start from the input
+    for (idx c = 0; c < L::Q * g.n; ++c) A[c] = in[c];
+  }
+  const idx links = static_cast<idx>(ladd.element_count());
+  if (walls && solid.element_count() != static_cast<size_t>(g.n)) {
+    return ffi::Error::InvalidArgument("solid must be (*shape) bool");
+  }
+  if (walls && slots.size_bytes() != static_cast<size_t>(2 * links) * sizeof(int64_t)) {
+    return ffi::Error::InvalidArgument("link slots must hold (links, 2) int64");
+  }
+  if (force && forces.element_count() < static_cast<size_t>(3 * steps)) {
+    return ffi::Error::InvalidArgument("forces must be (steps, 3)");
+  }
+  // untyped: the dummies of unused arguments may have any dtype; a bool is one byte 0/1
+  const uint8_t* s = static_cast<const uint8_t*>(solid.untyped_data());
+  const int64_t* sl = static_cast<const int64_t*>(slots.untyped_data());
+  const T* la = static_cast<const T*>(ladd.untyped_data());
+  const T* F = static_cast<const T*>(forces.untyped_data());
+  Rates<T> r{T(omega_plus), T(omega_minus)};
+  if (walls) {
+    if (force) run_chunk<L, T, true, true>(A, s, sl, la, links, g, F, steps, r);
+    else run_chunk<L, T, true, false>(A, s, sl, la, links, g, F, steps, r);
+  } else {
+    if (force) run_chunk<L, T, false, true>(A, s, sl, la, links, g, F, steps, r);
+    else run_chunk<L, T, false, false>(A, s, sl, la, links, g, F, steps, r);
+  }
+  return ffi::Error::Success();
+}
+
+}  // namespace
+
+// One handler per lattice and compute type. Arguments: populations (q, *shape) [aliased to the
+// result], solid (*shape) bool, link slots (links, 2) int64 (any dtype of those bytes),
+// Ladd terms (links,), forces
+// (steps, 3); attributes:
+// steps, omega_plus, omega_minus (= omega_plus for BGK), walls (0 none, 1 solid nodes),
+// force (0/1).
+#define LB_HANDLER(NAME, LAT, TYPE)                                                      \
+  XLA_FFI_DEFINE_HANDLER_SYMBOL(NAME, (chunk_impl<LAT, TYPE>),                           \
+                                ffi::Ffi::Bind()                                         \
+                                    .Arg<ffi::AnyBuffer>()                               \
+                                    .Arg<ffi::AnyBuffer>()                               \
+                                    .Arg<ffi::AnyBuffer>()                               \
+                                    .Arg<ffi::AnyBuffer>()                               \
+                                    .Arg<ffi::AnyBuffer>()                               \
+                                    .Ret<ffi::AnyBuffer>()                               \
+                                    .Attr<int64_t>("steps")                              \
+                                    .Attr<double>("omega_plus")                          \
+                                    .Attr<double>("omega_minus")                         \
+                                    .Attr<int64_t>("walls")                              \
+                                    .Attr<int64_t>("force"));
+
+// One library per lattice and type (LB_LATTICE, LB_TYPE set by the build): each builds in a
+// fraction of the time of all six, and a run builds only the one it uses.
+LB_HANDLER(LbInplace, LB_LATTICE, LB_TYPE)
+
+// The lattice tables the library was built with, for the check against kernels/lattices.py:
+// writes q rows of (cx, cy, cz, opposite) and the q weights; returns q (0 for an unknown name).
+extern "C" int lb_inplace_lattice(const char* name, int* rows, double* weights) {
+  auto fill = [&](auto lat) {
+    using L = decltype(lat);
+    for (int i = 0; i < L::Q; ++i) {
+      for (int a = 0; a < 3; ++a) rows[4 * i + a] = L::c[i][a];
+      rows[4 * i + 3] = L::opp[i];
+      weights[i] = L::w[i];
+    }
+    return L::Q;
+  };
+  const std::string n(name);
+  if (n == "D2Q9") return fill(D2Q9{});
+  if (n == "D3Q19") return fill(D3Q19{});
+  if (n == "D3Q27") return fill(D3Q27{});
+  return 0;
+}

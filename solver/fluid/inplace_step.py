@@ -1,0 +1,152 @@
+"""The fluid chunk on one population buffer: the native in-place kernel (``fluid.kernel=native``).
+
+kernels/native/lb_inplace.cc advances the populations in place with the AA access pattern (an
+even, local step and an odd step that pulls from and pushes to the neighbours), so the chunk
+holds the state's one (q, *shape) buffer and nothing else: XLA aliases the state it is given
+(donated by the run loop) with the result, and the peak device memory is the state itself plus
+the geometry (docs/performance.md, "One population buffer"). Between chunks the state is the
+one the pure-JAX step keeps (pre-collision populations at the chunk's time, solid nodes at
+rest), so outputs, checkpoints and the health check see no difference; the pure-JAX chunk
+(solver/fluid/step.py) is the reference the kernel must equal to round-off (tests/
+test_native_kernel.py).
+
+What the kernel covers: D2Q9, D3Q19, D3Q27; BGK and TRT; float32 and float64 (stored as
+computed); periodic edges, half-way bounce-back on resting and moving (Ladd) walls; a body force,
+constant or periodic in time (Guo). Anything else is refused by ``unsupported`` with the reason,
+before anything is traced. One device: the in-place scheme's halo exchange is not built.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import Array
+
+from kernels.collision import trt_omega_minus
+from solver.errors import ConfigError
+from solver.fluid.collide import body_force_at
+from solver.fluid.native import target_name
+from solver.fluid.setup import FluidSetup
+from solver.fluid.step import FluidGeometry, FluidState
+
+COLLISIONS = ("bgk", "trt")
+
+
+def unsupported(setup: FluidSetup) -> str | None:
+    """Why the native kernel cannot run ``setup`` (one line), or None when it can."""
+    if setup.collision not in COLLISIONS:
+        return f"collision {setup.collision!r} (the native kernel has {' and '.join(COLLISIONS)})"
+    if setup.les != "none":
+        return f"les={setup.les!r} (no subgrid model in the native kernel)"
+    if setup.storage_dtype != setup.dtype:
+        return f"storage {setup.storage_dtype!r} (the native kernel stores what it computes)"
+    if setup.open_boundaries:
+        return "open boundaries (inlets and outlets are XLA-step boundary rules)"
+    if setup.wall_distance is not None:
+        return "curved (Bouzidi) walls"
+    if setup.obstacle is not None and bool(np.any(setup.obstacle)):
+        return "a measured obstacle force (the momentum exchange is an XLA-step part)"
+    if setup.sponge is not None:
+        return "a sponge layer"
+    return None
+
+
+def require_native(setup: FluidSetup, shards: int = 1, coupled: bool = False) -> None:
+    """Raise a ConfigError on fluid.kernel when the native kernel cannot run this set-up."""
+    reason = unsupported(setup)
+    if reason is None and jax.default_backend() != "cpu":
+        reason = f"the {jax.default_backend()} back end (the native kernel is a CPU kernel)"
+    if reason is None and shards > 1:
+        reason = f"a mesh of {shards} devices (the in-place scheme runs on one device)"
+    if reason is None and coupled:
+        reason = "bodies in the fluid (the coupling is an XLA-step collision)"
+    if reason is not None:
+        raise ConfigError("fluid.kernel", "native", f"xla for {reason}")
+
+
+def solid_links(setup: FluidSetup) -> tuple[np.ndarray, np.ndarray]:
+    """The links from solid nodes s = x - c_k into fluid nodes x, for the kernel's repairs.
+
+    Returns:
+        slots: (links, 2) int64, the flat indices into the (q, *shape) populations of the
+            solid slot opp(k) * n + s and the fluid slot k * n + x.
+        ladd: (links,) Ladd's term 6 w_k c_k . u_w(s) (lattice units; 0 on resting walls), the
+            same formula as the pure-JAX step's moving-wall rule.
+    """
+    lat, shape = setup.lattice, setup.shape
+    n = int(np.prod(shape))
+    solid = np.asarray(setup.solid, bool)
+    flat = np.arange(n, dtype=np.int64).reshape(shape)
+    slots, ladd = [], []
+    for k in range(1, lat.q):
+        c = tuple(int(v) for v in lat.c[k])
+        upstream_solid = np.roll(solid, c, axis=tuple(range(lat.d)))  # solid[x - c_k]
+        fluid = np.nonzero((~solid & upstream_solid).ravel())[0]
+        source = np.roll(flat, c, axis=tuple(range(lat.d))).ravel()[fluid]  # flat(x - c_k)
+        slots.append(np.stack([int(lat.opposite[k]) * n + source, k * n + fluid], axis=1))
+        term = np.zeros(len(fluid))
+        if setup.wall_velocity is not None:
+            wall = np.asarray(setup.wall_velocity).reshape(lat.d, n)[:, source]
+            term = 6.0 * float(lat.w[k]) * (lat.c[k].astype(float) @ wall)
+        ladd.append(term)
+    return np.concatenate(slots).astype(np.int64), np.concatenate(ladd)
+
+
+def make_inplace_chunk(
+    setup: FluidSetup,
+) -> Callable[[FluidState, FluidGeometry, int], tuple[FluidState, Array]]:
+    """chunk(state, geometry, n) -> (state after n steps, forces (n, force_width) of zeros),
+    the signature of ``solver.fluid.step.make_chunk`` on one device.
+
+    Raises:
+        ValueError: the kernel does not cover the setup (``unsupported``).
+    """
+    reason = unsupported(setup)
+    if reason is not None:
+        raise ValueError(f"fluid.kernel=native does not support {reason}")
+    lat, dtype = setup.lattice, jnp.dtype(setup.dtype)
+    target = target_name(lat, dtype)
+    has_solid = setup.solid is not None and bool(np.any(setup.solid))
+    slots, ladd = solid_links(setup) if has_solid else (np.zeros((0, 2), np.int64), np.zeros(0))
+    # the int64 slots travel as their uint32 words (JAX holds no int64 without x64 mode); the
+    # kernel reads the same bytes as int64
+    slot_words = np.ascontiguousarray(slots).view(np.uint32)
+    omega_minus = setup.omega
+    if setup.collision == "trt":
+        omega_minus = trt_omega_minus(setup.omega, setup.trt_magic)
+    # the kernel's grid is 3D: a 2D force (F_x, F_y) acts along its axes (x, z)
+    axes = [0, 1, 2] if lat.d == 3 else [0, 2]
+
+    def chunk(state: FluidState, geometry: FluidGeometry, n: int):
+        t0 = state.time
+        forces = jnp.zeros((1, 3), dtype)
+        if setup.body_force is not None:
+            times = t0 + jnp.arange(n, dtype=jnp.int32)
+            per_step = jax.vmap(lambda t: jnp.stack(body_force_at(setup, t)))(times)
+            per_step = jnp.broadcast_to(per_step, (n, lat.d)).astype(dtype)
+            forces = jnp.zeros((n, 3), dtype).at[:, axes].set(per_step)
+        solid = geometry.solid if has_solid else jnp.zeros((1,), bool)
+        call = jax.ffi.ffi_call(
+            target,
+            jax.ShapeDtypeStruct(state.populations.shape, dtype),
+            input_output_aliases={0: 0},
+        )
+        populations = call(
+            state.populations,
+            solid,
+            jnp.asarray(slot_words),
+            jnp.asarray(ladd, dtype),
+            forces,
+            steps=np.int64(n),
+            omega_plus=np.float64(setup.omega),
+            omega_minus=np.float64(omega_minus),
+            walls=np.int64(has_solid),
+            force=np.int64(setup.body_force is not None),
+        )
+        new_state = FluidState(populations=populations, time=t0 + n)
+        return new_state, jnp.zeros((n, setup.force_width), dtype)
+
+    return chunk
