@@ -66,9 +66,10 @@ native: $(STAMP)
 TEST_WORKERS ?= 2
 PYTEST_PARALLEL := $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadgroup)
 
-# the tests use the D2Q9 and D3Q19 libraries (D3Q27's are built by the long tests that use them)
+# the libraries the tests use (the others are built by the long tests that use them)
 test: $(TEST_STAMP)
-	$(BIN)/python -m solver.fluid.native D2Q9 D3Q19
+	$(BIN)/python -m solver.fluid.native D2Q9:float32 D2Q9:float64 D2Q9:float16 \
+		D3Q19:float32 D3Q19:float64 D3Q19:float16
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/python -m pytest -q $(PYTEST_PARALLEL) $(PYTEST_ARGS)

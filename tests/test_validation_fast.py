@@ -35,8 +35,16 @@ def test_ghia_tables_spot_values() -> None:
         assert (table.u[0], table.u[-1], table.v[0], table.v[-1]) == (0.0, 1.0, 0.0, 0.0)
 
 
-# bodies: their own file; FULL_ONLY: make validate
-@pytest.mark.parametrize("name", [n for n in CASES if n not in BODY_CASES + FULL_ONLY])
+# bodies: their own file; FULL_ONLY: make validate. The duct's fast case (three D3Q19 float64
+# programs, ~50 s) runs in make test-long: make test checks the duct's flow through the
+# exact D3Q19/D3Q27 Poiseuille tests (test_kernels_boundaries.py) and the kernels' equality.
+LONG_FAST = ("duct",)
+FAST = [n for n in CASES if n not in BODY_CASES + FULL_ONLY]
+
+
+@pytest.mark.parametrize(
+    "name", [pytest.param(n, marks=pytest.mark.long) if n in LONG_FAST else n for n in FAST]
+)
 def test_fast_case_passes(name: str, tmp_path: Path) -> None:
     ctx = Context(fast=True, out=tmp_path, work=tmp_path / "runs")
     result = CASES[name](ctx)

@@ -66,6 +66,23 @@ struct Rates {
   T omega_plus, omega_minus;
 };
 
+// The stored form of one population (kernels/storage.py): f itself when S is the compute type
+// T, else (f - w) * 2^15 in float16 (FP16S-like; the scale is a power of two, so decoding is
+// exact and the encode rounds once, as the XLA step's).
+template <class S, class T>
+struct Codec {
+  static constexpr bool shifted = !std::is_same<S, T>::value;
+  static constexpr T scale = T(32768);
+  __attribute__((always_inline)) static inline T load(S v, double w) {
+    if (!shifted) return T(v);
+    return T(v) * (T(1) / scale) + T(w);
+  }
+  __attribute__((always_inline)) static inline S store(T f, double w) {
+    if (!shifted) return S(f);
+    return S((f - T(w)) * scale);
+  }
+};
+
 // Collide one cell: f (q values) in, f* out, with the body force F (3 components, 0 in unused
 // ones) when FORCE. Formulas and constants as kernels/equilibrium.py and kernels/collision.py.
 template <class L, class T, bool FORCE>
@@ -118,8 +135,9 @@ __attribute__((always_inline)) inline void collide(T* f, const T* F, Rates<T> r)
 }
 
 // One sweep (an even or an odd step) over the grid, every node alike.
-template <class L, class T, bool ODD, bool FORCE>
-void sweep(T* A, const Grid& g, const T* F, Rates<T> r) {
+template <class L, class S, class T, bool ODD, bool FORCE>
+void sweep(S* A, const Grid& g, const T* F, Rates<T> r) {
+  using C = Codec<S, T>;
   constexpr int Q = L::Q;
   const idx n = g.n, nz = g.nz;
 #pragma omp parallel for collapse(2) schedule(static)
@@ -141,9 +159,9 @@ void sweep(T* A, const Grid& g, const T* F, Rates<T> r) {
         for (int k = 0; k < Q; ++k) {
           if (ODD) {
             const idx src = rm[k] + (WRAP ? g.stepz(z, -L::c[k][2]) : z - L::c[k][2]);
-            f[k] = A[L::opp[k] * n + src];
+            f[k] = C::load(A[L::opp[k] * n + src], L::w[k]);
           } else {
-            f[k] = A[k * n + here];
+            f[k] = C::load(A[k * n + here], L::w[k]);
           }
         }
         collide<L, T, FORCE>(f, F, r);
@@ -151,9 +169,9 @@ void sweep(T* A, const Grid& g, const T* F, Rates<T> r) {
         for (int k = 0; k < Q; ++k) {
           if (ODD) {
             const idx dst = rp[k] + (WRAP ? g.stepz(z, L::c[k][2]) : z + L::c[k][2]);
-            A[k * n + dst] = f[k];
+            A[k * n + dst] = C::store(f[k], L::w[k]);
           } else {
-            A[L::opp[k] * n + here] = f[k];
+            A[L::opp[k] * n + here] = C::store(f[k], L::w[k]);
           }
         }
       };
@@ -169,27 +187,33 @@ void sweep(T* A, const Grid& g, const T* F, Rates<T> r) {
 
 // The links from solid into fluid nodes: slots[2 l] = opp(k) n + s (the solid slot),
 // slots[2 l + 1] = k n + x (the fluid slot), ladd[l] Ladd's term. AFTER_ODD: fluid slot from
-// solid slot; else the other way.
-template <class T, bool AFTER_ODD>
-void repair_links(T* A, const int64_t* slots, const T* ladd, idx links) {
+// solid slot; else the other way. Directions k and opp k have one weight, the slot's k is
+// fluid_slot / n. A resting wall's link copies the stored value as it is.
+template <class L, class S, class T, bool AFTER_ODD>
+void repair_links(S* A, const int64_t* slots, const T* ladd, idx links, idx n) {
+  using C = Codec<S, T>;
 #pragma omp parallel for schedule(static)
   for (idx l = 0; l < links; ++l) {
     const int64_t solid_slot = slots[2 * l], fluid_slot = slots[2 * l + 1];
-    if (AFTER_ODD) {
-      A[fluid_slot] = A[solid_slot] + ladd[l];
+    const int64_t from = AFTER_ODD ? solid_slot : fluid_slot;
+    const int64_t to = AFTER_ODD ? fluid_slot : solid_slot;
+    if (C::shifted && ladd[l] == T(0)) {
+      A[to] = A[from];
     } else {
-      A[solid_slot] = A[fluid_slot] + ladd[l];
+      const double w = L::w[fluid_slot / n];
+      A[to] = C::store(C::load(A[from], w) + ladd[l], w);
     }
   }
 }
 
-template <class L, class T>
-void rest_in_solids(T* A, const uint8_t* solid, const Grid& g) {
+template <class L, class S, class T>
+void rest_in_solids(S* A, const uint8_t* solid, const Grid& g) {
+  using C = Codec<S, T>;
   const idx n = g.n;
 #pragma omp parallel for schedule(static)
   for (idx c = 0; c < n; ++c) {
     if (!solid[c]) continue;
-    for (int k = 0; k < L::Q; ++k) A[k * n + c] = T(L::w[k]);
+    for (int k = 0; k < L::Q; ++k) A[k * n + c] = C::store(T(L::w[k]), L::w[k]);
   }
 }
 
@@ -197,9 +221,10 @@ void rest_in_solids(T* A, const uint8_t* solid, const Grid& g) {
 // (A[k][x], A[opp k][x - c_k]) of fluid nodes swap; a population from a solid node is already
 // where the natural layout wants it (the even step's f*_{opp k} in A[k][x]) but for Ladd's
 // term, added from the link list.
-template <class L, class T, bool SOLID>
-void stream_pairs(T* A, const uint8_t* solid, const Grid& g, const int64_t* slots,
+template <class L, class S, class T, bool SOLID>
+void stream_pairs(S* A, const uint8_t* solid, const Grid& g, const int64_t* slots,
                   const T* ladd, idx links) {
+  using C = Codec<S, T>;
   constexpr int Q = L::Q;
   const idx n = g.n;
 #pragma omp parallel for collapse(2) schedule(static)
@@ -221,30 +246,35 @@ void stream_pairs(T* A, const uint8_t* solid, const Grid& g, const int64_t* slot
   }
   if (SOLID) {
 #pragma omp parallel for schedule(static)
-    for (idx l = 0; l < links; ++l) A[slots[2 * l + 1]] += ladd[l];
+    for (idx l = 0; l < links; ++l) {
+      if (ladd[l] == T(0)) continue;
+      const int64_t slot = slots[2 * l + 1];
+      const double w = L::w[slot / n];
+      A[slot] = C::store(C::load(A[slot], w) + ladd[l], w);
+    }
   }
 }
 
-template <class L, class T, bool SOLID, bool FORCE>
-void run_chunk(T* A, const uint8_t* solid, const int64_t* slots, const T* ladd, idx links,
+template <class L, class S, class T, bool SOLID, bool FORCE>
+void run_chunk(S* A, const uint8_t* solid, const int64_t* slots, const T* ladd, idx links,
                const Grid& g, const T* forces, int64_t steps, Rates<T> r) {
   T zero[3] = {0, 0, 0};
   auto force_at = [&](int64_t s) -> const T* { return FORCE ? forces + 3 * s : zero; };
   int64_t s = 0;
   for (; s + 1 < steps; s += 2) {
-    sweep<L, T, false, FORCE>(A, g, force_at(s), r);
-    if (SOLID) repair_links<T, false>(A, slots, ladd, links);
-    sweep<L, T, true, FORCE>(A, g, force_at(s + 1), r);
-    if (SOLID) repair_links<T, true>(A, slots, ladd, links);
+    sweep<L, S, T, false, FORCE>(A, g, force_at(s), r);
+    if (SOLID) repair_links<L, S, T, false>(A, slots, ladd, links, g.n);
+    sweep<L, S, T, true, FORCE>(A, g, force_at(s + 1), r);
+    if (SOLID) repair_links<L, S, T, true>(A, slots, ladd, links, g.n);
   }
   if (s < steps) {
-    sweep<L, T, false, FORCE>(A, g, force_at(s), r);
-    stream_pairs<L, T, SOLID>(A, solid, g, slots, ladd, links);
+    sweep<L, S, T, false, FORCE>(A, g, force_at(s), r);
+    stream_pairs<L, S, T, SOLID>(A, solid, g, slots, ladd, links);
   }
-  if (SOLID) rest_in_solids<L, T>(A, solid, g);
+  if (SOLID) rest_in_solids<L, S, T>(A, solid, g);
 }
 
-template <class L, class T>
+template <class L, class S, class T>
 ffi::Error chunk_impl(ffi::AnyBuffer populations, ffi::AnyBuffer solid, ffi::AnyBuffer slots,
                       ffi::AnyBuffer ladd, ffi::AnyBuffer forces, ffi::Result<ffi::AnyBuffer> out,
                       int64_t steps, double omega_plus, double omega_minus, int64_t walls,
@@ -258,8 +288,11 @@ ffi::Error chunk_impl(ffi::AnyBuffer populations, ffi::AnyBuffer solid, ffi::Any
   g.ny = L::D == 3 ? dims[2] : 1;
   g.nz = L::D == 3 ? dims[3] : dims[2];
   g.n = g.nx * g.ny * g.nz;
-  T* A = static_cast<T*>(out->untyped_data());
-  const T* in = static_cast<const T*>(populations.untyped_data());
+  S* A = static_cast<S*>(out->untyped_data());
+  const S* in = static_cast<const S*>(populations.untyped_data());
+  if (populations.size_bytes() != static_cast<size_t>(L::Q * g.n) * sizeof(S)) {
+    return ffi::Error::InvalidArgument("populations are not of the library's storage type");
+  }
   if (A != in) {  // not aliased (XLA copied): start from the input
     for (idx c = 0; c < L::Q * g.n; ++c) A[c] = in[c];
   }
@@ -280,11 +313,11 @@ ffi::Error chunk_impl(ffi::AnyBuffer populations, ffi::AnyBuffer solid, ffi::Any
   const T* F = static_cast<const T*>(forces.untyped_data());
   Rates<T> r{T(omega_plus), T(omega_minus)};
   if (walls) {
-    if (force) run_chunk<L, T, true, true>(A, s, sl, la, links, g, F, steps, r);
-    else run_chunk<L, T, true, false>(A, s, sl, la, links, g, F, steps, r);
+    if (force) run_chunk<L, S, T, true, true>(A, s, sl, la, links, g, F, steps, r);
+    else run_chunk<L, S, T, true, false>(A, s, sl, la, links, g, F, steps, r);
   } else {
-    if (force) run_chunk<L, T, false, true>(A, s, sl, la, links, g, F, steps, r);
-    else run_chunk<L, T, false, false>(A, s, sl, la, links, g, F, steps, r);
+    if (force) run_chunk<L, S, T, false, true>(A, s, sl, la, links, g, F, steps, r);
+    else run_chunk<L, S, T, false, false>(A, s, sl, la, links, g, F, steps, r);
   }
   return ffi::Error::Success();
 }
@@ -297,8 +330,8 @@ ffi::Error chunk_impl(ffi::AnyBuffer populations, ffi::AnyBuffer solid, ffi::Any
 // (steps, 3); attributes:
 // steps, omega_plus, omega_minus (= omega_plus for BGK), walls (0 none, 1 solid nodes),
 // force (0/1).
-#define LB_HANDLER(NAME, LAT, TYPE)                                                      \
-  XLA_FFI_DEFINE_HANDLER_SYMBOL(NAME, (chunk_impl<LAT, TYPE>),                           \
+#define LB_HANDLER(NAME, LAT, STORED, TYPE)                                              \
+  XLA_FFI_DEFINE_HANDLER_SYMBOL(NAME, (chunk_impl<LAT, STORED, TYPE>),                   \
                                 ffi::Ffi::Bind()                                         \
                                     .Arg<ffi::AnyBuffer>()                               \
                                     .Arg<ffi::AnyBuffer>()                               \
@@ -312,9 +345,9 @@ ffi::Error chunk_impl(ffi::AnyBuffer populations, ffi::AnyBuffer solid, ffi::Any
                                     .Attr<int64_t>("walls")                              \
                                     .Attr<int64_t>("force"));
 
-// One library per lattice and type (LB_LATTICE, LB_TYPE set by the build): each builds in a
-// fraction of the time of all six, and a run builds only the one it uses.
-LB_HANDLER(LbInplace, LB_LATTICE, LB_TYPE)
+// One library per lattice, storage and compute type (LB_LATTICE, LB_STORAGE, LB_TYPE set by
+// the build): each builds in a fraction of the time of all, and a run builds only its own.
+LB_HANDLER(LbInplace, LB_LATTICE, LB_STORAGE, LB_TYPE)
 
 // The lattice tables the library was built with, for the check against kernels/lattices.py:
 // writes q rows of (cx, cy, cz, opposite) and the q weights; returns q (0 for an unknown name).

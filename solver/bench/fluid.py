@@ -34,7 +34,8 @@ only; other pairs are left out). The roofline of a row counts the bytes of its s
 
 Kernels: ``--kernels`` (default xla) adds one row per step implementation: ``xla`` the pure-JAX
 step on two ghost-padded buffers, ``native`` the in-place kernel on one buffer
-(solver/fluid/inplace_step.py; BGK/TRT, stored as computed: other rows are left out). Both rows
+(solver/fluid/inplace_step.py; BGK/TRT, stored as computed or in float16: other rows are left
+out). Both rows
 of a size run in the same process with the copy bandwidth measured alongside, so their MLUPS,
 roofline fractions and bytes per cell compare directly.
 
@@ -371,11 +372,11 @@ def supports(
     lattice, collision: str, les: str, kernel: str = "xla", storage: str = "", precision: str = ""
 ) -> bool:
     """Whether the setup accepts the operator here (KBC: tensor-product lattices, no LES) and
-    the kernel runs it (native: BGK/TRT without LES, stored as computed)."""
+    the kernel runs it (native: BGK/TRT without LES, stored as computed or in float16)."""
     if collision in TENSOR_PRODUCT_COLLISIONS and lattice.q != 3**lattice.d:
         return False
     if kernel == "native" and (
-        collision not in NATIVE_COLLISIONS or les != "none" or storage != precision
+        collision not in NATIVE_COLLISIONS or les != "none" or storage not in (precision, "float16")
     ):
         return False
     return not (collision == "kbc" and les != "none")

@@ -252,11 +252,11 @@ def _kernel(s: Section, collision: str, les: str, storage: str | None) -> str:
         )
     if les != "none":
         raise ConfigError(s.key("kernel"), kernel, f"xla with fluid.les={les}")
-    if storage is not None and storage in SHIFTED:
+    if storage == "bfloat16":
         raise ConfigError(
             s.key("kernel"),
             kernel,
-            f"xla with fluid.storage={storage} (the native kernel stores what it computes)",
+            f"xla with fluid.storage={storage} (the native kernel stores f, or float16)",
         )
     return kernel
 

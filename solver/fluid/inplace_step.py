@@ -11,9 +11,10 @@ rest), so outputs, checkpoints and the health check see no difference; the pure-
 test_native_kernel.py).
 
 What the kernel covers: D2Q9, D3Q19, D3Q27; BGK and TRT; float32 and float64 (stored as
-computed); periodic edges, half-way bounce-back on resting and moving (Ladd) walls; a body force,
-constant or periodic in time (Guo). Anything else is refused by ``unsupported`` with the reason,
-before anything is traced. One device: the in-place scheme's halo exchange is not built.
+computed) and float16 storage with float32 compute ((f - w) * 2^15, kernels/storage.py);
+periodic edges, half-way bounce-back on resting and moving (Ladd) walls; a body force, constant
+or periodic in time (Guo). Anything else is refused by ``unsupported`` with the reason, before
+anything is traced. One device: the in-place scheme's halo exchange is not built.
 """
 
 from __future__ import annotations
@@ -41,8 +42,8 @@ def unsupported(setup: FluidSetup) -> str | None:
         return f"collision {setup.collision!r} (the native kernel has {' and '.join(COLLISIONS)})"
     if setup.les != "none":
         return f"les={setup.les!r} (no subgrid model in the native kernel)"
-    if setup.storage_dtype != setup.dtype:
-        return f"storage {setup.storage_dtype!r} (the native kernel stores what it computes)"
+    if setup.storage_dtype not in (setup.dtype, "float16"):
+        return f"storage {setup.storage_dtype!r} (the native kernel stores f, or float16)"
     if setup.open_boundaries:
         return "open boundaries (inlets and outlets are XLA-step boundary rules)"
     if setup.wall_distance is not None:
@@ -108,7 +109,8 @@ def make_inplace_chunk(
     if reason is not None:
         raise ValueError(f"fluid.kernel=native does not support {reason}")
     lat, dtype = setup.lattice, jnp.dtype(setup.dtype)
-    target = target_name(lat, dtype)
+    stored = jnp.dtype(setup.storage_dtype)
+    target = target_name(lat, stored)
     has_solid = setup.solid is not None and bool(np.any(setup.solid))
     slots, ladd = solid_links(setup) if has_solid else (np.zeros((0, 2), np.int64), np.zeros(0))
     # the int64 slots travel as their uint32 words (JAX holds no int64 without x64 mode); the
@@ -131,7 +133,7 @@ def make_inplace_chunk(
         solid = geometry.solid if has_solid else jnp.zeros((1,), bool)
         call = jax.ffi.ffi_call(
             target,
-            jax.ShapeDtypeStruct(state.populations.shape, dtype),
+            jax.ShapeDtypeStruct(state.populations.shape, stored),
             input_output_aliases={0: 0},
         )
         populations = call(

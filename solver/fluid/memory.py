@@ -151,7 +151,7 @@ def estimate(config, shape: tuple[int, ...], mesh: tuple[int, ...] | None = None
         # the in-place kernel holds the state alone (aliased in and out), the solid mask and
         # its wall links (16 bytes of slots and one Ladd term each; at most q - 1 per fluid
         # node next to a wall: counted as if one node in eight were)
-        device = itemsize * q * local
+        device = stored * q * local
         if footprint.solid:
             device += local + (16 + itemsize) * (q - 1) * local // 8
     if footprint.curved:

@@ -33,7 +33,9 @@ SOURCE = Path(__file__).resolve().parents[2] / "kernels" / "native" / "lb_inplac
 # odd sweep and in their vectorised and scalar loops (chunks of any length compose bitwise)
 FLAGS = ("-O3", "-march=native", "-ffp-contract=off", "-fopenmp", "-shared", "-fPIC",
          "-std=c++17")  # fmt: skip
-TYPES = {np.dtype("float32"): "float", np.dtype("float64"): "double"}
+# storage dtype of the populations -> (C++ storage type, C++ compute type)
+TYPES = {"float32": ("float", "float"), "float64": ("double", "double"),
+         "float16": ("_Float16", "float")}  # fmt: skip
 
 
 class NativeBuildError(RuntimeError):
@@ -63,8 +65,8 @@ def lattice_tables() -> str:
     return "\n".join(out)
 
 
-def _library_name(lattice: str, dtype: np.dtype) -> str:
-    return f"liblb_inplace_{lattice}_{np.dtype(dtype).name}.so"
+def _library_name(lattice: str, storage: str) -> str:
+    return f"liblb_inplace_{lattice}_{storage}.so"
 
 
 def _build_dir() -> Path:
@@ -78,11 +80,12 @@ def _build_dir() -> Path:
     return base / digest.hexdigest()[:16]
 
 
-def build(lattice: str, dtype: np.dtype, verbose: bool = False) -> Path:
-    """Path of the library for ``lattice`` (a name) and ``dtype`` (float32/float64), building
-    it first when it is missing."""
+def build(lattice: str, storage: str, verbose: bool = False) -> Path:
+    """Path of the library for ``lattice`` (a name) and the populations' ``storage`` dtype
+    (float32, float64, or float16 with float32 compute), building it first when missing."""
+    storage = np.dtype(storage).name
     target_dir = _build_dir()
-    library = target_dir / _library_name(lattice, dtype)
+    library = target_dir / _library_name(lattice, storage)
     if library.exists():
         return library
     compiler = shutil.which(os.environ.get("CXX", "g++"))
@@ -97,7 +100,8 @@ def build(lattice: str, dtype: np.dtype, verbose: bool = False) -> Path:
         (target_dir / "lattices.inc").write_text(lattice_tables())
         partial = library.with_suffix(".partial")
         command = [compiler, *FLAGS, f"-I{jax.ffi.include_dir()}", f"-I{target_dir}",
-                   f"-DLB_LATTICE={lattice}", f"-DLB_TYPE={TYPES[np.dtype(dtype)]}",
+                   f"-DLB_LATTICE={lattice}", f"-DLB_STORAGE={TYPES[storage][0]}",
+                   f"-DLB_TYPE={TYPES[storage][1]}",
                    str(SOURCE), "-o", str(partial)]  # fmt: skip
         if verbose:
             print(" ".join(command), file=sys.stderr)
@@ -109,38 +113,44 @@ def build(lattice: str, dtype: np.dtype, verbose: bool = False) -> Path:
 
 
 @cache
-def _library(lattice: str, dtype: str) -> ctypes.CDLL:
-    return ctypes.CDLL(str(build(lattice, np.dtype(dtype))))
+def _library(lattice: str, storage: str) -> ctypes.CDLL:
+    return ctypes.CDLL(str(build(lattice, storage)))
 
 
-def target_name(lattice: Lattice, dtype: np.dtype) -> str:
-    """Register the handler for ``lattice`` and ``dtype`` (float32/float64) once; its name."""
-    return _register(lattice.name, np.dtype(dtype).name)
+def target_name(lattice: Lattice, storage: np.dtype | str) -> str:
+    """Register the handler for ``lattice`` and the ``storage`` dtype once; its name."""
+    return _register(lattice.name, np.dtype(storage).name)
 
 
 @cache
-def _register(lattice: str, dtype: str) -> str:
-    name = f"solver_lb_inplace_{lattice}_{dtype}"
-    handler = _library(lattice, dtype).LbInplace
+def _register(lattice: str, storage: str) -> str:
+    name = f"solver_lb_inplace_{lattice}_{storage}"
+    handler = _library(lattice, storage).LbInplace
     jax.ffi.register_ffi_target(name, jax.ffi.pycapsule(handler), platform="cpu")
     return name
 
 
-def built_tables(lattice: Lattice, dtype: np.dtype) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def built_tables(
+    lattice: Lattice, storage: np.dtype | str
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(c (q, 3), opposite (q,), w (q,)) as compiled into the library for ``lattice``."""
     rows = (ctypes.c_int * (4 * 27))()
     weights = (ctypes.c_double * 27)()
-    library = _library(lattice.name, np.dtype(dtype).name)
+    library = _library(lattice.name, np.dtype(storage).name)
     q = library.lb_inplace_lattice(lattice.name.encode(), rows, weights)
     table = np.array(rows[: 4 * q]).reshape(q, 4)
     return table[:, :3], table[:, 3], np.array(weights[:q])
 
 
 def build_all(names: list[str] | None = None) -> list[Path]:
-    """Every lattice's (or those named) libraries, built on all cores."""
+    """The libraries named "LATTICE" (every storage) or "LATTICE:STORAGE" (default: all),
+    built on all cores."""
     from concurrent.futures import ThreadPoolExecutor
 
-    jobs = [(name, dtype) for name in names or list(LATTICES) for dtype in TYPES]
+    jobs = []
+    for name in names or list(LATTICES):
+        lattice, _, storage = name.partition(":")
+        jobs += [(lattice, s) for s in ([storage] if storage else list(TYPES))]
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
         return list(pool.map(lambda job: build(*job), jobs))
 
