@@ -35,7 +35,7 @@ FLAGS = ("-O3", "-march=native", "-ffp-contract=off", "-fopenmp", "-shared", "-f
          "-std=c++17")  # fmt: skip
 # storage dtype of the populations -> (C++ storage type, C++ compute type)
 TYPES = {"float32": ("float", "float"), "float64": ("double", "double"),
-         "float16": ("_Float16", "float")}  # fmt: skip
+         "float16": ("uint16_t", "float")}  # fmt: skip
 
 
 class NativeBuildError(RuntimeError):
