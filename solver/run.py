@@ -134,19 +134,6 @@ class HealthCheck:
         return self._finish(pending) if self.pipelined else pending
 
 
-def _probes_state(telemetry: Telemetry, compiling: bool) -> bool:
-    """Telemetry times a halo exchange of this chunk's state at its end (the condition in
-    ``Telemetry.after_chunk``): the state must still be there, so the chunk end is synchronous."""
-    every = telemetry.config.halo_every
-    return (
-        telemetry.enabled
-        and telemetry.exchange is not None
-        and not compiling
-        and every > 0
-        and (telemetry.chunk - 1) % every == 0
-    )
-
-
 def process_logging(output_dir: Path, runtime: Runtime) -> None:
     """In a multi-process run every process logs to logs/process_<i>.log in the output folder;
     only process 0 keeps the console."""
@@ -364,7 +351,7 @@ def _run(config, output_dir, interactive, stops, hook, model_factory, cleanup) -
                 or hook is not None
                 or chunk.end in schedule
                 or chunk.end >= total
-                or _probes_state(telemetry, compiling)
+                or telemetry.probes_state(compiling)
             )
             decided = not synchronous
             if decided:  # every process decides at every chunk end (a collective)

@@ -74,6 +74,9 @@ def single(tmp_path_factory) -> Path:
     return out
 
 
+# make test-long (~80 s with its share of the reference run): make test keeps the two-process
+# MPI equality, which crosses the same shard boundary with real messages
+@pytest.mark.long
 def test_eight_fake_devices_match_one(single, tmp_path):
     out = tmp_path / "run"
     result = run_solver(

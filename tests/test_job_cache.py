@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[1]
 JOB_BODY = REPO / "launch" / "solver_job.sh"
 CASE = ("case=cavity", "case.resolution=8", "steps=10", "chunk=10", "output=none",
@@ -57,6 +59,7 @@ def _job(tmp_path: Path, run_dir: Path, **extra: str) -> dict:
     return json.loads((run_dir / "run.json").read_text())
 
 
+@pytest.mark.long  # two job bodies, 7-18 s; the job script itself runs in make test (test_slurm)
 def test_second_job_loads_compiled_programs_from_the_cache(tmp_path):
     first_dir = tmp_path / "first"
     cache = first_dir / "jax_cache"  # the default: shared by the requeues of one job

@@ -385,6 +385,9 @@ def test_usr1_checkpoints_requeues_and_resumes_bitwise(
             )
 
 
+# make test-long (~35 s): make test submits the job templates through the same cluster
+# (test_sbatch_single_node_template_on_cpu, the USR1 requeue); this is Hydra's own launcher
+@pytest.mark.long
 def test_hydra_slurm_launcher_sweep(slurm_cluster: cluster.Cluster, tmp_path: Path) -> None:
     """Two sweep points, two Slurm jobs (one array) of two MPI processes each."""
     for module in ("hydra_plugins.hydra_submitit_launcher", "mpi4jax"):

@@ -35,10 +35,11 @@ def test_ghia_tables_spot_values() -> None:
         assert (table.u[0], table.u[-1], table.v[0], table.v[-1]) == (0.0, 1.0, 0.0, 0.0)
 
 
-# bodies: their own file; FULL_ONLY: make validate. The duct's fast case (three D3Q19 float64
-# programs, ~50 s) runs in make test-long: make test checks the duct's flow through the
-# exact D3Q19/D3Q27 Poiseuille tests (test_kernels_boundaries.py) and the kernels' equality.
-LONG_FAST = ("duct",)
+# bodies: their own file; FULL_ONLY: make validate. In make test-long (test time): the duct's
+# fast case (three D3Q19 float64 programs, ~50 s; make test checks the flow through the exact
+# D3Q19/D3Q27 Poiseuille tests of test_kernels_boundaries.py) and the sphere array's (~40 s;
+# make test keeps the coupling through settling_sphere and tests/test_coupling*.py).
+LONG_FAST = ("duct", "sphere_array")
 FAST = [n for n in CASES if n not in BODY_CASES + FULL_ONLY]
 
 

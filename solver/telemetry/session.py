@@ -116,6 +116,17 @@ class Telemetry:
         """The run loop is about to start its first chunk."""
         self._start = self._mark = time.perf_counter()
 
+    def probes_state(self, compiling: bool) -> bool:
+        """Whether the next ``after_chunk`` times a halo exchange of the chunk's state: the
+        first timed chunk, then every ``halo_every`` chunks (all ranks count chunks alike). The
+        run loop keeps such a chunk end synchronous (the state must still be there)."""
+        return (
+            self.enabled
+            and self.exchange is not None
+            and not compiling
+            and (self.chunk - 1) % self.config.halo_every == 0
+        )
+
     def after_chunk(
         self, step: int, steps: int, chunk_s: float, compiling: bool, rate: float,
         state: Any = None,
@@ -134,9 +145,7 @@ class Telemetry:
         released = time.perf_counter()
         wait_s = released - arrived
         exchange_s = math.nan
-        # the first timed chunk, then every halo_every chunks; all ranks count chunks alike
-        probe = not compiling and self.exchange is not None and state is not None
-        if probe and (self.chunk - 1) % self.config.halo_every == 0:
+        if state is not None and self.probes_state(compiling):
             seconds = self.exchange(state)
             exchange_s = math.nan if seconds is None else seconds
         in_use, peak = device_memory(self.devices)
