@@ -51,7 +51,14 @@ def fake_device_env(extra_flags: str = "") -> dict:
 
 
 def records(stdout: str) -> list[dict]:
-    return [json.loads(line[7:]) for line in stdout.splitlines() if line.startswith("RESULT ")]
+    # raw_decode: mpirun merges the ranks' output, and another rank's library message (Gloo's
+    # "Rank 1 is connected to ...") can land on the end of a RESULT line before its newline
+    decoder = json.JSONDecoder()
+    return [
+        decoder.raw_decode(line[7:])[0]
+        for line in stdout.splitlines()
+        if line.startswith("RESULT ")
+    ]
 
 
 def check(results: list[dict], expected: int, bitwise_curved: bool = False) -> None:
