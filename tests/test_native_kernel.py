@@ -93,6 +93,30 @@ def test_native_equals_the_xla_step_to_round_off(name):
     assert np.abs(np.asarray(ours.populations) - np.asarray(state.populations)).max() > 1e-4
 
 
+@pytest.mark.parametrize(
+    "lattice, shape, collision, walls, force, n",
+    [("D2Q9", (12, 10), "bgk", 0, False, 5), ("D3Q19", (8, 6, 10), "trt", 2, True, 5)],
+)
+def test_smagorinsky_les_equals_the_xla_step_to_round_off(lattice, shape, collision, walls,
+                                                          force, n):  # fmt: skip
+    """fluid.les=smagorinsky: the kernel's local even rate (and TRT's odd rate from Lambda)
+    is the XLA step's to round-off; C_s = 0.3 so that the model changes the flow measurably."""
+    import dataclasses
+
+    setup = _setup(lattice, shape, collision=collision, walls=walls, force=force)
+    setup = dataclasses.replace(setup, les="smagorinsky", les_cs=0.3)
+    xla_chunk = jax.jit(make_chunk(setup), static_argnums=2)
+    state, geometry = _state(setup, xla_chunk, n), make_geometry(setup)
+    reference = np.asarray(xla_chunk(state, geometry, n)[0].populations)
+    ours = jax.jit(make_inplace_chunk(setup), static_argnums=2)(state, geometry, n)[0]
+    assert np.abs(np.asarray(ours.populations) - reference).max() < 1e-13
+    plain = dataclasses.replace(setup, les="none")
+    without = np.asarray(
+        jax.jit(make_inplace_chunk(plain), static_argnums=2)(state, geometry, n)[0].populations
+    )
+    assert np.abs(without - reference).max() > 1e-4  # the model acted
+
+
 def test_float16_storage_equals_the_xla_step_to_one_unit_of_the_stored_form():
     """With fluid.storage=float16 both steps hold (f - w) * 2^15 in float16 and compute in
     float32: the kernel's float32 rounding (and its moving-wall links, rounded to float16 once
@@ -191,9 +215,10 @@ def test_unsupported_set_ups_are_config_errors():
 
     assert parse_fluid(fluid()).kernel == "xla"
     assert parse_fluid(fluid(kernel="native")).kernel == "native"
+    assert parse_fluid(fluid(kernel="native", les="smagorinsky")).les == "smagorinsky"
     for bad in (
         {"kernel": "native", "collision": "regularized"},
-        {"kernel": "native", "les": "smagorinsky"},
+        {"kernel": "pallas", "les": "smagorinsky"},
         {"kernel": "native", "storage": "bfloat16"},
         {"kernel": "cuda"},
     ):

@@ -46,6 +46,11 @@
 #include "xla/ffi/api/ffi.h"
 #include "lattices.inc"  // generated from kernels/lattices.py by solver/fluid/native.py
 
+// sqrt for the Smagorinsky rate; the build's -fno-math-errno drops the library call's errno
+// branch, which kept GCC from vectorising the cell loop (the argument is never negative)
+__attribute__((always_inline)) inline float root(float x) { return __builtin_sqrtf(x); }
+__attribute__((always_inline)) inline double root(double x) { return __builtin_sqrt(x); }
+
 namespace ffi = xla::ffi;
 using idx = std::ptrdiff_t;
 
@@ -65,9 +70,14 @@ struct Grid {
   }
 };
 
+// The relaxation rates; with the Smagorinsky model (LES) the even rate is per cell, from tau0,
+// tau0^2 (rounded from double as the XLA step's Python scalars are), the model's scale
+// 18 sqrt(2) C_s^2 and, for TRT, Lambda (the odd rate follows; BGK: odd = even).
 template <class T>
 struct Rates {
   T omega_plus, omega_minus;
+  T tau0, tau0_squared, les_scale, magic;
+  T trt;  // 1 for TRT, 0 for BGK (under LES the odd rate follows the local even one)
 };
 
 // IEEE binary16 <-> float32 by integer arithmetic on the bit patterns, branch-free so that GCC
@@ -131,7 +141,7 @@ struct Codec {
 
 // Collide one cell: f (q values) in, f* out, with the body force F (3 components, 0 in unused
 // ones) when FORCE. Formulas and constants as kernels/equilibrium.py and kernels/collision.py.
-template <class L, class T, bool FORCE>
+template <class L, class T, bool FORCE, bool LES>
 __attribute__((always_inline)) inline void collide(T* f, const T* F, Rates<T> r) {
   constexpr int Q = L::Q;
   T rho = 0, jx = 0, jy = 0, jz = 0;
@@ -156,18 +166,55 @@ __attribute__((always_inline)) inline void collide(T* f, const T* F, Rates<T> r)
     const T cu = L::c[i][0] * ux + L::c[i][1] * uy + L::c[i][2] * uz;
     feq[i] = T(L::w[i]) * rho * (base + cu * T(3) + cu * cu * T(4.5));
   }
+  T omega_plus = r.omega_plus, omega_minus = r.omega_minus;
+  if constexpr (LES) {
+    // Smagorinsky (kernels/collision.py smagorinsky_omega, same sums in the same order): the
+    // non-equilibrium momentum flux Q_ab with its forcing part, |Q|, and tau from the closed
+    // form; a 2D lattice lives on axes (0, 2) of the kernel's grid
+    // the six components in one pass over i (each sums over i in the XLA step's order)
+    T qxx = 0, qxy = 0, qxz = 0, qyy = 0, qyz = 0, qzz = 0;
+#pragma GCC unroll 32
+    for (int i = 0; i < Q; ++i) {
+      const T neq = f[i] - feq[i];
+      const int cx = L::c[i][0], cy = L::c[i][1], cz = L::c[i][2];
+      if (cx * cx) qxx += T(cx * cx) * neq;
+      if (cx * cy) qxy += T(cx * cy) * neq;
+      if (cx * cz) qxz += T(cx * cz) * neq;
+      if (cy * cy) qyy += T(cy * cy) * neq;
+      if (cy * cz) qyz += T(cy * cz) * neq;
+      if (cz * cz) qzz += T(cz * cz) * neq;
+    }
+    T square = 0;
+    // flux_ab with its forcing part, weighted 1 on the diagonal and 2 off it, in the order
+    // (a, b) = xx, xy, xz, yy, yz, zz of the XLA step (a 2D lattice: xx, xz, zz)
+    const auto add = [&](T flux, T fa, T ub, T ua, T fb, T weight) {
+      if (FORCE) flux = flux + T(0.5) * (fa * ub + ua * fb);
+      square = square + weight * flux * flux;
+    };
+    add(qxx, F[0], ux, ux, F[0], T(1));
+    if (L::D == 3) add(qxy, F[0], uy, ux, F[1], T(2));
+    add(qxz, F[0], uz, ux, F[2], T(2));
+    if (L::D == 3) add(qyy, F[1], uy, uy, F[1], T(1));
+    if (L::D == 3) add(qyz, F[1], uz, uy, F[2], T(2));
+    add(qzz, F[2], uz, uz, F[2], T(1));
+    const T tau = T(0.5) * (r.tau0 + root(r.tau0_squared + r.les_scale * root(square) / rho));
+    omega_plus = T(1) / tau;
+    // computed for BGK too and weighted out: a bool select in the loop stopped GCC vectorising it
+    const T trt_minus = T(1) / (r.magic / (T(1) / omega_plus - T(0.5)) + T(0.5));
+    omega_minus = r.trt * trt_minus + (T(1) - r.trt) * omega_plus;  // r.trt 1 or 0: exact
+  }
   // TRT; BGK is the same with omega_minus = omega_plus (equal to round-off, one code path)
   T post[Q];
 #pragma GCC unroll 32
   for (int i = 0; i < Q; ++i) {
     const int j = L::opp[i];
     const T ni = f[i] - feq[i], nj = f[j] - feq[j];
-    post[i] = f[i] - r.omega_plus * (T(0.5) * (ni + nj)) - r.omega_minus * (T(0.5) * (ni - nj));
+    post[i] = f[i] - omega_plus * (T(0.5) * (ni + nj)) - omega_minus * (T(0.5) * (ni - nj));
   }
   if (FORCE) {
     const T uf = ux * F[0] + uy * F[1] + uz * F[2];
-    const T even_factor = T(1) - T(0.5) * r.omega_plus;
-    const T odd_factor = T(1) - T(0.5) * r.omega_minus;
+    const T even_factor = T(1) - T(0.5) * omega_plus;
+    const T odd_factor = T(1) - T(0.5) * omega_minus;
 #pragma GCC unroll 32
     for (int i = 0; i < Q; ++i) {
       const T cf = L::c[i][0] * F[0] + L::c[i][1] * F[1] + L::c[i][2] * F[2];
@@ -199,9 +246,10 @@ inline V8 operator-(V8 a, V8 b) { return V8(_mm256_sub_ps(a.v, b.v)); }
 inline V8 operator*(V8 a, V8 b) { return V8(_mm256_mul_ps(a.v, b.v)); }
 inline V8 operator/(V8 a, V8 b) { return V8(_mm256_div_ps(a.v, b.v)); }
 inline V8& operator+=(V8& a, V8 b) { return a = a + b; }
+inline V8 root(V8 a) { return V8(_mm256_sqrt_ps(a.v)); }
 
 // Cells z .. z + 7 of a row (not wrapping); rm, rp, here = r0 + z as in sweep.
-template <class L, bool ODD, bool FORCE>
+template <class L, bool ODD, bool FORCE, bool LES>
 __attribute__((always_inline)) inline void cells8(uint16_t* A, idx n, const idx* rm,
                                                   const idx* rp, idx here, idx z,
                                                   const float* F, Rates<float> r) {
@@ -215,7 +263,9 @@ __attribute__((always_inline)) inline void cells8(uint16_t* A, idx n, const idx*
     f[k] = v * unscale + V8(float(L::w[k]));
   }
   const V8 F8[3] = {F[0], F[1], F[2]};
-  collide<L, V8, FORCE>(f, F8, Rates<V8>{r.omega_plus, r.omega_minus});
+  const Rates<V8> r8{r.omega_plus, r.omega_minus, r.tau0, r.tau0_squared, r.les_scale, r.magic,
+                     r.trt};
+  collide<L, V8, FORCE, LES>(f, F8, r8);
 #pragma GCC unroll 32
   for (int k = 0; k < Q; ++k) {
     const V8 v = (f[k] - V8(float(L::w[k]))) * scale;
@@ -227,7 +277,7 @@ __attribute__((always_inline)) inline void cells8(uint16_t* A, idx n, const idx*
 #endif
 
 // One sweep (an even or an odd step) over the grid, every node alike.
-template <class L, class S, class T, bool ODD, bool FORCE>
+template <class L, class S, class T, bool ODD, bool FORCE, bool LES>
 void sweep(S* A, const Grid& g, const T* F, Rates<T> r) {
   using C = Codec<S, T>;
   constexpr int Q = L::Q;
@@ -243,7 +293,7 @@ void sweep(S* A, const Grid& g, const T* F, Rates<T> r) {
       const idx r0 = g.row(x, y);
       // one cell; WRAP: z at an end of the row (periodic index), else plain offsets that the
       // vectoriser sees as contiguous
-      auto cell = [&](idx z, auto wrap) {
+      auto cell = [&](idx z, auto wrap) __attribute__((always_inline)) {
         constexpr bool WRAP = decltype(wrap)::value;
         const idx here = r0 + z;
         T f[Q];
@@ -256,7 +306,7 @@ void sweep(S* A, const Grid& g, const T* F, Rates<T> r) {
             f[k] = C::load(A[k * n + here], L::w[k]);
           }
         }
-        collide<L, T, FORCE>(f, F, r);
+        collide<L, T, FORCE, LES>(f, F, r);
 #pragma GCC unroll 32
         for (int k = 0; k < Q; ++k) {
           if (ODD) {
@@ -273,7 +323,7 @@ void sweep(S* A, const Grid& g, const T* F, Rates<T> r) {
       idx z = 1;
 #if defined(__F16C__)
       if constexpr (C::shifted && std::is_same<T, float>::value) {
-        for (; z + 8 <= nz - 1; z += 8) cells8<L, ODD, FORCE>(A, n, rm, rp, r0 + z, z, F, r);
+        for (; z + 8 <= nz - 1; z += 8) cells8<L, ODD, FORCE, LES>(A, n, rm, rp, r0 + z, z, F, r);
       }
 #endif
 #pragma omp simd
@@ -353,20 +403,20 @@ void stream_pairs(S* A, const uint8_t* solid, const Grid& g, const int64_t* slot
   }
 }
 
-template <class L, class S, class T, bool SOLID, bool FORCE>
+template <class L, class S, class T, bool SOLID, bool FORCE, bool LES>
 void run_chunk(S* A, const uint8_t* solid, const int64_t* slots, const T* ladd, idx links,
                const Grid& g, const T* forces, int64_t steps, Rates<T> r) {
   T zero[3] = {0, 0, 0};
   auto force_at = [&](int64_t s) -> const T* { return FORCE ? forces + 3 * s : zero; };
   int64_t s = 0;
   for (; s + 1 < steps; s += 2) {
-    sweep<L, S, T, false, FORCE>(A, g, force_at(s), r);
+    sweep<L, S, T, false, FORCE, LES>(A, g, force_at(s), r);
     if (SOLID) repair_links<L, S, T, false>(A, slots, ladd, links, g.n);
-    sweep<L, S, T, true, FORCE>(A, g, force_at(s + 1), r);
+    sweep<L, S, T, true, FORCE, LES>(A, g, force_at(s + 1), r);
     if (SOLID) repair_links<L, S, T, true>(A, slots, ladd, links, g.n);
   }
   if (s < steps) {
-    sweep<L, S, T, false, FORCE>(A, g, force_at(s), r);
+    sweep<L, S, T, false, FORCE, LES>(A, g, force_at(s), r);
     stream_pairs<L, S, T, SOLID>(A, solid, g, slots, ladd, links);
   }
   if (SOLID) rest_in_solids<L, S, T>(A, solid, g);
@@ -376,7 +426,7 @@ template <class L, class S, class T>
 ffi::Error chunk_impl(ffi::AnyBuffer populations, ffi::AnyBuffer solid, ffi::AnyBuffer slots,
                       ffi::AnyBuffer ladd, ffi::AnyBuffer forces, ffi::Result<ffi::AnyBuffer> out,
                       int64_t steps, double omega_plus, double omega_minus, int64_t walls,
-                      int64_t force) {
+                      int64_t force, double les_scale, double trt_magic) {
   auto dims = populations.dimensions();
   if (dims.size() != static_cast<size_t>(L::D + 1) || dims[0] != L::Q) {
     return ffi::Error::InvalidArgument("populations must be (q, *shape) of the kernel's lattice");
@@ -409,14 +459,24 @@ ffi::Error chunk_impl(ffi::AnyBuffer populations, ffi::AnyBuffer solid, ffi::Any
   const int64_t* sl = static_cast<const int64_t*>(slots.untyped_data());
   const T* la = static_cast<const T*>(ladd.untyped_data());
   const T* F = static_cast<const T*>(forces.untyped_data());
-  Rates<T> r{T(omega_plus), T(omega_minus)};
-  if (walls) {
-    if (force) run_chunk<L, S, T, true, true>(A, s, sl, la, links, g, F, steps, r);
-    else run_chunk<L, S, T, true, false>(A, s, sl, la, links, g, F, steps, r);
-  } else {
-    if (force) run_chunk<L, S, T, false, true>(A, s, sl, la, links, g, F, steps, r);
-    else run_chunk<L, S, T, false, false>(A, s, sl, la, links, g, F, steps, r);
-  }
+  // tau0 and tau0^2 in double, then rounded once, as the XLA step's Python scalars
+  const double tau0 = 1.0 / omega_plus;
+  const Rates<T> r{T(omega_plus), T(omega_minus), T(tau0), T(tau0 * tau0), T(les_scale),
+                   T(trt_magic), T(trt_magic >= 0 ? 1 : 0)};
+  // one instantiation per combination of walls, force and subgrid model
+  using yes = std::true_type;
+  using no = std::false_type;
+  const auto go = [&](auto solid_c, auto force_c, auto les_c) {
+    run_chunk<L, S, T, decltype(solid_c)::value, decltype(force_c)::value,
+              decltype(les_c)::value>(A, s, sl, la, links, g, F, steps, r);
+  };
+  const auto with_les = [&](auto solid_c, auto force_c) {
+    les_scale > 0 ? go(solid_c, force_c, yes{}) : go(solid_c, force_c, no{});
+  };
+  const auto with_force = [&](auto solid_c) {
+    force ? with_les(solid_c, yes{}) : with_les(solid_c, no{});
+  };
+  walls ? with_force(yes{}) : with_force(no{});
   return ffi::Error::Success();
 }
 
@@ -427,7 +487,8 @@ ffi::Error chunk_impl(ffi::AnyBuffer populations, ffi::AnyBuffer solid, ffi::Any
 // Ladd terms (links,), forces
 // (steps, 3); attributes:
 // steps, omega_plus, omega_minus (= omega_plus for BGK), walls (0 none, 1 solid nodes),
-// force (0/1).
+// force (0/1), les_scale (18 sqrt(2) C_s^2 of the Smagorinsky model; 0 without it),
+// trt_magic (Lambda: the odd rate of TRT follows the local even rate under LES; < 0 for BGK).
 #define LB_HANDLER(NAME, LAT, STORED, TYPE)                                              \
   XLA_FFI_DEFINE_HANDLER_SYMBOL(NAME, (chunk_impl<LAT, STORED, TYPE>),                   \
                                 ffi::Ffi::Bind()                                         \
@@ -441,7 +502,9 @@ ffi::Error chunk_impl(ffi::AnyBuffer populations, ffi::AnyBuffer solid, ffi::Any
                                     .Attr<double>("omega_plus")                          \
                                     .Attr<double>("omega_minus")                         \
                                     .Attr<int64_t>("walls")                              \
-                                    .Attr<int64_t>("force"));
+                                    .Attr<int64_t>("force")                              \
+                                    .Attr<double>("les_scale")                           \
+                                    .Attr<double>("trt_magic"));
 
 // One library per lattice, storage and compute type (LB_LATTICE, LB_STORAGE, LB_TYPE set by
 // the build): each builds in a fraction of the time of all, and a run builds only its own.

@@ -4,7 +4,7 @@
                            [--sizes 64,128] [--steps 10] [--case periodic|walls|both]
                            [--repeats 5] [--json PATH] [--les none|smagorinsky]
                            [--collisions bgk,trt,regularized,kbc]
-                           [--storages float32,float16,bfloat16] [--kernels xla,native]
+                           [--storages float32,float16,bfloat16] [--kernels xla,native,pallas]
     python -m solver.bench scaling ...   (weak and strong scaling: see solver/bench/scaling.py)
     python -m solver.bench checkpoint ...   (cost of checkpoints: see solver/bench/checkpoint.py)
     python -m solver.bench bodies ...   (rigid-body step throughput: see solver/bench/bodies.py)
@@ -33,9 +33,10 @@ only; other pairs are left out). The roofline of a row counts the bytes of its s
 2 q sizeof(storage) per cell, so a 16-bit row's roofline is twice the float32 one.
 
 Kernels: ``--kernels`` (default xla) adds one row per step implementation: ``xla`` the pure-JAX
-step on two ghost-padded buffers, ``native`` the in-place kernel on one buffer
+step on two ghost-padded buffers, ``native`` the in-place CPU kernel on one buffer
 (solver/fluid/inplace_step.py; BGK/TRT, stored as computed or in float16: other rows are left
-out). Both rows
+out), ``pallas`` the fused GPU kernel on one buffer (solver/fluid/pallas_step.py; BGK/TRT, stored
+as computed, in float16 or bfloat16; on the CPU it runs interpreted, for tests only). All rows
 of a size run in the same process with the copy bandwidth measured alongside, so their MLUPS,
 roofline fractions and bytes per cell compare directly.
 
@@ -70,7 +71,8 @@ from kernels.lattices import LATTICES, lattice_by_name
 from kernels.storage import SHIFTED, STORAGES
 from solver.fluid import step as fluid_step
 from solver.fluid.config import NATIVE_COLLISIONS
-from solver.fluid.inplace_step import make_inplace_chunk
+from solver.fluid.inplace_step import ONE_BUFFER_KERNELS, make_inplace_chunk
+from solver.fluid.pallas_step import make_pallas_chunk
 from solver.fluid.setup import COLLISIONS, KERNELS, TENSOR_PRODUCT_COLLISIONS, FluidSetup
 
 PRECISIONS = ("float32", "float64")
@@ -177,8 +179,8 @@ def _compile_chunk(
 
     Works with both chunk(state, n) and chunk(state, geometry, n).
     """
-    make = make_inplace_chunk if setup.kernel == "native" else fluid_step.make_chunk
-    chunk = make(setup)
+    makers = {"native": make_inplace_chunk, "pallas": make_pallas_chunk}
+    chunk = makers.get(setup.kernel, fluid_step.make_chunk)(setup)
     density, velocity = initial_fields(setup)
     state = fluid_step.initial_state(setup, density, velocity)
     stored = setup.storage_dtype
@@ -340,8 +342,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help=f"comma-separated: {','.join(STORAGES)} (default: the precision; "
                         f"{' and '.join(SHIFTED)} with float32 only)")  # fmt: skip
     parser.add_argument("--kernels", default="xla",
-                        help=f"comma-separated: {','.join(KERNELS)} (default xla; native: the "
-                        "in-place kernel, BGK/TRT rows only)")  # fmt: skip
+                        help=f"comma-separated: {','.join(KERNELS)} (default xla; native and "
+                        "pallas: the one-buffer kernels, BGK/TRT rows only)")  # fmt: skip
     args = parser.parse_args(argv)
     args.storages = [c.lower() for c in _csv(args.storages)]
     args.kernels = [c.lower() for c in _csv(args.kernels)]
@@ -372,11 +374,14 @@ def supports(
     lattice, collision: str, les: str, kernel: str = "xla", storage: str = "", precision: str = ""
 ) -> bool:
     """Whether the setup accepts the operator here (KBC: tensor-product lattices, no LES) and
-    the kernel runs it (native: BGK/TRT without LES, stored as computed or in float16)."""
+    the kernel runs it (native and pallas: BGK/TRT without LES, stored as computed or in their
+    16-bit storages, float16 for native, float16 and bfloat16 for pallas)."""
     if collision in TENSOR_PRODUCT_COLLISIONS and lattice.q != 3**lattice.d:
         return False
-    if kernel == "native" and (
-        collision not in NATIVE_COLLISIONS or les != "none" or storage not in (precision, "float16")
+    if kernel in ONE_BUFFER_KERNELS and (
+        collision not in NATIVE_COLLISIONS
+        or les != "none"
+        or storage not in (precision, *ONE_BUFFER_KERNELS[kernel][1])
     ):
         return False
     return not (collision == "kbc" and les != "none")

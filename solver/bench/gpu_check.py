@@ -6,24 +6,29 @@ on this device (issue 16):
 1. the device, its memory and the measured copy bandwidth (a loop whose trip count is a runtime
    value, so XLA cannot fuse its iterations into one pass and overstate the roofline), compared
    with the datasheet where the device is known;
-2. per lattice (D3Q19, D3Q27) and storage type: MLUPS at 256^3, % of the copy roofline, peak
+2. per lattice (D3Q19, D3Q27), storage type and kernel (``xla`` the pure-JAX step, ``pallas`` the
+   fused one-buffer kernel, fluid.kernel=pallas): MLUPS at 256^3, % of the copy roofline, peak
    bytes per cell from XLA's memory analysis and the largest cube that fits in the device memory;
+   the pallas rows run again at that cube (a fluid at rest built on the device; fewer steps);
    the goals of the issue (D3Q19 float32 >= 80 % of the copy bandwidth and above FluidX3D's
    23,056 MLUPS; 16-bit storage above 36,610) marked met or not;
-3. agreement with the CPU: a short run of the bench's shear wave (D3Q19, 32^3) on the GPU and
-   on the host CPU, the largest population difference against a float32 round-off bound;
-4. determinism: the same chunk twice, bitwise, and a scatter-add of contact-like forces twice
-   (XLA:GPU's atomics reorder sums unless ``--xla_gpu_deterministic_ops`` is set);
+3. agreement with the CPU: a short run of the bench's shear wave (32^3, 100 steps) per lattice,
+   storage and kernel on the GPU against the XLA step on the host CPU, the largest population
+   difference against a bound (float32 round-off; for 16-bit storage a number of its roundings);
+4. determinism: the same chunk twice per kernel, bitwise, and a scatter-add of contact-like
+   forces twice (XLA:GPU's atomics reorder sums unless ``--xla_gpu_deterministic_ops`` is set);
 5. with two or more GPUs: the scaling benchmark (halo exchange time, weak scaling 1 -> N).
 
 Exit status 0 when every check ran (goals missed are reported, not failures), 1 when the CPU
 agreement or determinism fails, 2 without a GPU (``--allow-cpu`` runs it on the CPU at a small
-size, to test the script itself).
+size, to test the script itself; ``--lattices``, ``--storages``, ``--kernels`` and ``--largest``
+narrow it down).
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import sys
 import time
 
@@ -32,6 +37,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from kernels.lattices import LATTICES as LATTICES_BY_NAME
+from kernels.storage import unit_roundoff
 from solver.bench import fluid as fluid_bench
 from solver.fluid import step as fluid_step
 
@@ -42,7 +49,14 @@ ROOFLINE_GOAL = 0.80
 # float32 runs on two devices differ by rounding order only: a few ulps of the populations
 # (~0.03-0.4) after 100 steps
 CPU_AGREEMENT_BOUND = 1e-5
+# 16-bit storage: the two devices round differently inside a step, and each stored value rounds
+# once per step, so their difference grows like a random walk of storage roundings; 64 units of
+# the largest |f - w| is a first guess (no GPU has calibrated it), far below what a wrong link
+# or collision gives (|f - w| itself)
+AGREEMENT_UNITS = 64
 STORAGES = ("float32", "float16", "bfloat16")
+LATTICES = ("D3Q19", "D3Q27")
+KERNELS = ("xla", "pallas")  # the pure-JAX step and the fused GPU kernel (fluid.kernel=pallas)
 
 
 def copy_bandwidth(n_bytes: int, iterations: int) -> float:
@@ -103,64 +117,188 @@ def _storage_kwargs(storage: str) -> dict | None:
     return None
 
 
-def throughput_rows(edge: int, steps: int, repeats: int, memory: float | None) -> list[dict]:
+def largest_cube(memory: float | None, per_cell: float) -> int | None:
+    """The edge of the largest cube whose ``per_cell`` bytes fit in 90 % of ``memory``."""
+    if not memory or not per_cell or not np.isfinite(per_cell):
+        return None
+    return int((0.9 * memory / per_cell) ** (1 / 3))
+
+
+def rest_state(setup) -> fluid_step.FluidState:
+    """Fluid at rest (f_i = w_i) made on the device: the largest cube's state (the host fields
+    of ``initial_state`` would need four float64 values per cell, the device its q equilibria
+    besides the state)."""
+    lat = setup.lattice
+    weights = np.asarray(lat.w).reshape((lat.q,) + (1,) * lat.d)
+
+    @jax.jit
+    def make():
+        f = jnp.broadcast_to(jnp.asarray(weights, setup.dtype), (lat.q, *setup.shape))
+        return fluid_step.encode_populations(setup, f)
+
+    return fluid_step.FluidState(populations=make(), time=jnp.zeros((), jnp.int32))
+
+
+def largest_cube_row(
+    lattice: str, storage: str, edge: int, steps: int, repeats: int, copy_run, kernel: str
+) -> dict:
+    """MLUPS, % of copy and bytes per cell of ``kernel`` on a periodic cube of ``edge``^3 at
+    rest (the bench's timing, without its host-built shear wave)."""
+    import statistics
+
+    from solver.fluid.pallas_step import make_pallas_chunk
+
+    setup = fluid_bench.build_setup(lattice, "float32", "periodic", edge, storage=storage,
+                                    kernel=kernel)  # fmt: skip
+    make = make_pallas_chunk if kernel == "pallas" else fluid_step.make_chunk
+    state, geometry = rest_state(setup), fluid_step.make_geometry(setup)
+    compiled = (
+        jax.jit(make(setup), static_argnums=2, donate_argnums=0)
+        .lower(state, geometry, steps)
+        .compile()
+    )
+    state = compiled(state, geometry)[0]
+    jax.block_until_ready(state)
+    seconds, bandwidths = [], []
+    for _ in range(repeats):
+        bandwidths.append(copy_run())
+        start = time.perf_counter()
+        state = compiled(state, geometry)[0]
+        jax.block_until_ready(state)
+        seconds.append(time.perf_counter() - start)
+    finite = bool(jnp.all(jnp.isfinite(fluid_step.decode_populations(setup, state.populations))))
+    del state
+    mlups = setup.cells * steps / statistics.median(seconds) / 1e6
+    itemsize = jnp.dtype(setup.storage_dtype).itemsize
+    roofline = statistics.median(bandwidths) / (2 * setup.lattice.q * itemsize) / 1e6
+    return {
+        "mlups": mlups,
+        "fraction": mlups / roofline,
+        "bytes_per_cell": fluid_bench.peak_bytes(compiled) / setup.cells,
+        "finite": finite,
+    }
+
+
+def throughput_rows(
+    edge: int,
+    steps: int,
+    repeats: int,
+    memory: float | None,
+    kernels: tuple[str, ...] = KERNELS,
+    lattices: tuple[str, ...] = LATTICES,
+    storages: tuple[str, ...] = STORAGES,
+    largest: int | None = None,
+    largest_steps: int | None = None,
+) -> list[dict]:
+    """Per lattice, storage and kernel: the bench's row at ``edge``^3 and the largest cube that
+    fits (estimated from its bytes per cell); the pallas rows also run at that cube
+    (``largest`` overrides its edge), with ``largest_steps`` per chunk (default steps / 5: a
+    chunk of the largest cube takes seconds)."""
     copy_run = fluid_bench.measure_copy("float32")
     rows = []
-    for lattice in ("D3Q19", "D3Q27"):
-        for storage in STORAGES:
+    for lattice in lattices:
+        for storage in storages:
             kwargs = _storage_kwargs(storage)
             if kwargs is None:
                 print(f"  {lattice} {storage}: storage type not in this build, skipped")
                 continue
-            r = fluid_bench.bench_one(
-                lattice, "float32", "periodic", edge, steps, repeats, copy_run, **kwargs
-            )
-            per_cell = r.peak_bytes_per_cell
-            largest = int((0.9 * memory / per_cell) ** (1 / 3)) if memory and per_cell else None
-            row = {
-                "lattice": lattice,
-                "storage": storage,
-                "mlups": r.mlups,
-                "fraction": r.fraction,
-                "bytes_per_cell": per_cell,
-                "largest_cube": largest,
-            }
-            rows.append(row)
-            goal = FLUIDX3D_MLUPS.get("float16" if storage != "float32" else "float32")
-            note = ""
-            if lattice == "D3Q19" and goal is not None:
-                met = r.mlups > goal and (storage != "float32" or r.fraction >= ROOFLINE_GOAL)
-                note = f"  goal (> {goal:,.0f} MLUPS): {'met' if met else 'NOT met'}"
-            print(
-                f"  {lattice} {storage:>8}: {r.mlups:10.1f} MLUPS, {100 * r.fraction:5.1f} % of "
-                f"copy, {per_cell:6.1f} B/cell, largest cube "
-                f"{f'{largest}^3' if largest else '-'}{note}",
-                flush=True,
-            )
+            for kernel in kernels:
+                r = fluid_bench.bench_one(lattice, "float32", "periodic", edge, steps, repeats,
+                                          copy_run, kernel=kernel, **kwargs)  # fmt: skip
+                per_cell = r.peak_bytes_per_cell
+                fits = largest_cube(memory, per_cell)
+                row = {
+                    "lattice": lattice,
+                    "storage": storage,
+                    "kernel": kernel,
+                    "edge": edge,
+                    "mlups": r.mlups,
+                    "fraction": r.fraction,
+                    "bytes_per_cell": per_cell,
+                    "largest_cube": fits,
+                }
+                rows.append(row)
+                goal = FLUIDX3D_MLUPS.get("float16" if storage != "float32" else "float32")
+                note = ""
+                if lattice == "D3Q19" and goal is not None:
+                    met = r.mlups > goal and (storage != "float32" or r.fraction >= ROOFLINE_GOAL)
+                    note = f"  goal (> {goal:,.0f} MLUPS): {'met' if met else 'NOT met'}"
+                print(
+                    f"  {lattice} {storage:>8} {kernel:>6}: {r.mlups:10.1f} MLUPS, "
+                    f"{100 * r.fraction:5.1f} % of copy, {per_cell:6.1f} B/cell, largest cube "
+                    f"{f'{fits}^3' if fits else '-'}{note}",
+                    flush=True,
+                )
+                big = largest if largest is not None else fits
+                if kernel == "pallas" and big:
+                    big_steps = largest_steps or max(2, steps // 5)
+                    b = largest_cube_row(lattice, storage, big, big_steps, repeats, copy_run,
+                                         kernel)  # fmt: skip
+                    rows.append({**row, "edge": big, "mlups": b["mlups"],
+                                 "fraction": b["fraction"],
+                                 "bytes_per_cell": b["bytes_per_cell"]})  # fmt: skip
+                    print(
+                        f"  {lattice} {storage:>8} {kernel:>6} at {big}^3: {b['mlups']:10.1f} "
+                        f"MLUPS, {100 * b['fraction']:5.1f} % of copy, "
+                        f"{b['bytes_per_cell']:6.1f} B/cell"
+                        + ("" if b["finite"] else "  NON-FINITE state"),
+                        flush=True,
+                    )
     return rows
 
 
-def _shear_wave(device, edge: int, steps: int) -> np.ndarray:
-    setup = fluid_bench.build_setup("D3Q19", "float32", "periodic", edge)
+def _shear_wave(
+    device,
+    edge: int,
+    steps: int,
+    lattice: str = "D3Q19",
+    storage: str = "float32",
+    kernel: str = "xla",
+) -> np.ndarray:
+    """The bench's shear wave after ``steps`` steps of ``kernel`` on ``device``: the decoded
+    populations f (q, *shape), float32."""
+    from solver.fluid.pallas_step import make_pallas_chunk
+
+    setup = fluid_bench.build_setup(lattice, "float32", "periodic", edge, storage=storage,
+                                    kernel=kernel)  # fmt: skip
     density, velocity = fluid_bench.initial_fields(setup)
+    make = make_pallas_chunk if kernel == "pallas" else fluid_step.make_chunk
     with jax.default_device(device):
         state = fluid_step.initial_state(setup, density, velocity)
         geometry = fluid_step.make_geometry(setup)
-        chunk = jax.jit(fluid_step.make_chunk(setup), static_argnums=2)
+        chunk = jax.jit(make(setup), static_argnums=2)
         state, _ = chunk(state, geometry, steps)
-        return np.asarray(state.populations)
+        return np.asarray(fluid_step.decode_populations(setup, state.populations))
 
 
-def cpu_agreement(edge: int = 32, steps: int = 100) -> float:
-    """max |f_gpu - f_cpu| after ``steps`` steps of the bench's shear wave on ``edge``^3."""
-    gpu = _shear_wave(jax.devices()[0], edge, steps)
-    cpu = _shear_wave(jax.devices("cpu")[0], edge, steps)
-    return float(np.max(np.abs(gpu - cpu)))
+def agreement_bound(storage: str, reference: np.ndarray, weights: np.ndarray) -> float:
+    """The largest |f - f_cpu| accepted: float32 round-off (CPU_AGREEMENT_BOUND), or for a
+    16-bit storage AGREEMENT_UNITS of its rounding of the largest |f - w| of the reference."""
+    if storage == "float32":
+        return CPU_AGREEMENT_BOUND
+    shape = (-1,) + (1,) * (reference.ndim - 1)
+    amplitude = float(np.abs(reference - np.asarray(weights).reshape(shape)).max())
+    return max(CPU_AGREEMENT_BOUND, AGREEMENT_UNITS * unit_roundoff(storage) * amplitude)
 
 
-def deterministic_chunk(edge: int = 64, steps: int = 50) -> bool:
-    a = _shear_wave(jax.devices()[0], edge, steps)
-    b = _shear_wave(jax.devices()[0], edge, steps)
+def cpu_agreement(
+    edge: int = 32,
+    steps: int = 100,
+    lattice: str = "D3Q19",
+    storage: str = "float32",
+    kernel: str = "xla",
+) -> tuple[float, float]:
+    """(max |f - f_cpu|, its bound) after ``steps`` steps of the bench's shear wave on
+    ``edge``^3: ``kernel`` on the default device against the XLA step on the host CPU."""
+    ours = _shear_wave(jax.devices()[0], edge, steps, lattice, storage, kernel)
+    cpu = _shear_wave(jax.devices("cpu")[0], edge, steps, lattice, storage, "xla")
+    weights = LATTICES_BY_NAME[lattice].w
+    return float(np.max(np.abs(ours - cpu))), agreement_bound(storage, cpu, weights)
+
+
+def deterministic_chunk(edge: int = 64, steps: int = 50, kernel: str = "xla") -> bool:
+    a = _shear_wave(jax.devices()[0], edge, steps, kernel=kernel)
+    b = _shear_wave(jax.devices()[0], edge, steps, kernel=kernel)
     return bool(np.array_equal(a, b))
 
 
@@ -187,15 +325,47 @@ def scaling(edge: int) -> int:
     )
 
 
+def _names(text: str, allowed: tuple[str, ...], option: str) -> tuple[str, ...]:
+    names = tuple(t.strip() for t in text.split(",") if t.strip())
+    for name in names:
+        if name not in allowed:
+            raise SystemExit(f"gpu-check: {option} {name!r} not in {', '.join(allowed)}")
+    return names
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m solver.bench gpu-check",
                                      description=__doc__.split("\n\n")[1])  # fmt: skip
     parser.add_argument("--edge", type=int, default=256, help="cube edge of the throughput rows")
     parser.add_argument("--steps", type=int, default=50, help="steps per timed chunk")
     parser.add_argument("--repeats", type=int, default=5, help="timed chunks per row (median)")
+    parser.add_argument("--lattices", default=",".join(LATTICES), help="comma-separated")
+    parser.add_argument("--storages", default=",".join(STORAGES), help="comma-separated")
+    parser.add_argument("--kernels", default=",".join(KERNELS), help="comma-separated")
+    parser.add_argument("--largest", type=int, default=None,
+                        help="edge of the pallas rows' largest cube (default: the largest that "
+                        "fits in the device memory; none without a memory figure)")  # fmt: skip
     parser.add_argument("--allow-cpu", action="store_true",
-                        help="run on the CPU (to test this script; sizes shrink)")  # fmt: skip
-    return parser.parse_args(argv)
+                        help="run on the CPU (to test this script; sizes shrink, the pallas "
+                        "kernel is interpreted)")  # fmt: skip
+    args = parser.parse_args(argv)
+    args.lattices = _names(args.lattices, LATTICES, "--lattices")
+    args.storages = _names(args.storages, STORAGES, "--storages")
+    args.kernels = _names(args.kernels, KERNELS, "--kernels")
+    return args
+
+
+def agreement_rows(args: argparse.Namespace, edge: int, steps: int) -> int:
+    """Print each lattice, storage and kernel's agreement with the XLA step on the host CPU;
+    the number of rows out of bounds."""
+    failures = 0
+    for lattice, storage, kernel in itertools.product(args.lattices, args.storages, args.kernels):
+        diff, bound = cpu_agreement(edge, steps, lattice, storage, kernel)
+        ok = diff <= bound
+        failures += not ok
+        print(f"  {lattice} {storage:>8} {kernel:>6}: max |df| = {diff:.2e} (bound {bound:.1e}): "
+              f"{'ok' if ok else 'FAIL'}", flush=True)  # fmt: skip
+    return failures
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -206,8 +376,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"gpu-check: JAX's back end is {device.platform}, not gpu: no CUDA jaxlib or no "
               "visible GPU (make gpu-install)", file=sys.stderr)  # fmt: skip
         return 2
+    # the CPU agreement and determinism runs: a small shear wave (tiny on the CPU: the script's
+    # own test, with the pallas kernel interpreted)
+    check_edge, check_steps, determinism_edge = 32, 100, 64
     if not on_gpu:
         args.edge, args.steps, args.repeats = min(args.edge, 32), min(args.steps, 5), 1
+        check_edge = determinism_edge = min(8, args.edge)
+        check_steps = args.steps
     memory = device_memory(device)
     size = f", memory {memory / 2**30:.1f} GiB" if memory else ""
     print(f"device: {device.device_kind} x{len(jax.devices())}, jax {jax.__version__}{size}")
@@ -218,22 +393,19 @@ def main(argv: list[str] | None = None) -> int:
              if sheet else ""))  # fmt: skip
     if sheet and bandwidth > 1.05 * sheet:
         print("  the probe exceeds the datasheet: it is not measuring memory traffic")
-    print(f"throughput at {args.edge}^3 (float32 compute):")
-    throughput_rows(args.edge, args.steps, args.repeats, memory)
-    failures = 0
-    if len(jax.devices("cpu")) and on_gpu:
-        diff = cpu_agreement()
-        ok = diff <= CPU_AGREEMENT_BOUND
-        failures += not ok
-        print(f"agreement with the CPU (shear wave, D3Q19 32^3, 100 steps): max |df| = {diff:.2e} "
-              f"(bound {CPU_AGREEMENT_BOUND:g}): {'ok' if ok else 'FAIL'}")  # fmt: skip
-    chunk_ok, scatter_ok = deterministic_chunk(), deterministic_scatter()
-    failures += (not chunk_ok) + (not scatter_ok)
+    print(f"throughput at {args.edge}^3 (float32 compute), kernels {', '.join(args.kernels)}:")
+    # on the CPU every run takes the same number of steps: one compiled program serves them
+    throughput_rows(args.edge, args.steps, args.repeats, memory, args.kernels, args.lattices,
+                    args.storages, args.largest, None if on_gpu else args.steps)  # fmt: skip
+    print(f"agreement with the CPU (XLA step on the host; shear wave {check_edge}^3, "
+          f"{check_steps} steps):")  # fmt: skip
+    failures = agreement_rows(args, check_edge, check_steps)
+    chunks = {k: deterministic_chunk(determinism_edge, check_steps, k) for k in args.kernels}
+    scatter_ok = deterministic_scatter()
+    failures += sum(not ok for ok in chunks.values()) + (not scatter_ok)
     scatter = "bitwise" if scatter_ok else "DIFFERS (set --xla_gpu_deterministic_ops)"
-    print(
-        f"determinism: fluid chunk {'bitwise' if chunk_ok else 'DIFFERS'}, scatter-add of "
-        f"contact forces {scatter}"
-    )
+    per_kernel = ", ".join(f"{k} {'bitwise' if ok else 'DIFFERS'}" for k, ok in chunks.items())
+    print(f"determinism: fluid chunk {per_kernel}; scatter-add of contact forces {scatter}")
     if on_gpu and len(jax.devices()) >= 2:
         print("scaling:")
         scaling(args.edge)

@@ -36,8 +36,9 @@ from solver.distributed.decomposition import Decomposition, choose_mesh
 from solver.distributed.halo import MpiHalo, XlaHalo
 from solver.distributed.runtime import Runtime
 from solver.errors import ConfigError
-from solver.fluid.inplace_step import make_inplace_chunk
+from solver.fluid.inplace_step import make_inplace_chunk, require_kernel
 from solver.fluid.padded import exchange_ghosts
+from solver.fluid.pallas_step import make_pallas_chunk
 from solver.fluid.setup import FluidSetup
 from solver.fluid.step import (
     SINGLE,
@@ -122,8 +123,10 @@ class Distribution:
     def chunk(self, setup: FluidSetup) -> Callable[[FluidState, FluidGeometry, int], tuple]:
         """jit-compiled chunk(state, geometry, n) -> (state, forces (n, d)); the state is
         donated and n is static."""
-        if setup.kernel == "native":  # one device (checked by require_native)
+        if setup.kernel == "native":  # one device (checked by require_kernel)
             local = make_inplace_chunk(setup)
+        elif setup.kernel == "pallas":
+            local = make_pallas_chunk(setup)
         elif self.backend == "single":
             local = make_chunk(setup)
         elif self.backend == "mpi":
@@ -153,6 +156,8 @@ class Distribution:
         """jit-compiled chunk(state, geometry, n, extra) -> (state, forces (n, d), extra,
         reports) of ``solver.fluid.step.make_coupled_chunk``; ``extra`` (the coupled bodies)
         is replicated on every shard. The state and extra are donated, n is static."""
+        if setup.kernel != "xla":  # the one-buffer kernels have no coupled collision: exit 2
+            require_kernel(setup, coupled=True)
         if self.backend == "single":
             local = make_coupled_chunk(setup, SINGLE, coupling)
         elif self.backend == "mpi":

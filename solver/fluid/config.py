@@ -26,10 +26,13 @@ COLLISIONS = ("bgk", "trt", "regularized", "kbc")
 # KBC needs a tensor-product velocity set (kernels/collision_kbc.py)
 KBC_LATTICES = ("D2Q9", "D3Q27")
 LES_MODELS = ("none", "smagorinsky")
-# fluid.kernel: the pure-JAX step on two ghost-padded buffers, or the native in-place kernel
-# on one buffer (kernels/native/lb_inplace.cc; one device, BGK/TRT, walls and body forces)
-KERNELS = ("xla", "native")
-NATIVE_COLLISIONS = ("bgk", "trt")
+# fluid.kernel: the pure-JAX step on two ghost-padded buffers, or an in-place kernel on one
+# buffer: native for the CPU (kernels/native/lb_inplace.cc), pallas for the GPU
+# (kernels/pallas_lb.py); both one device, BGK/TRT, walls and body forces
+KERNELS = ("xla", "native", "pallas")
+NATIVE_COLLISIONS = ("bgk", "trt")  # the collisions of both one-buffer kernels
+# the 16-bit storages each one-buffer kernel keeps (besides f in the compute precision)
+KERNEL_STORAGES = {"native": ("float16",), "pallas": ("float16", "bfloat16")}
 INFLOWS = ("parabolic", "uniform")
 # case.inlet / case.outlet -> OpenBoundary.kind
 INLETS = {"extrapolation": "velocity", "bounce_back": "velocity_bounce_back"}
@@ -241,22 +244,24 @@ def _kernel(s: Section, collision: str, les: str, storage: str | None) -> str:
     if "kernel" not in s.data or s.data.get("kernel") is None:
         return "xla"
     kernel = s.choice("kernel", KERNELS, case_sensitive=False)
-    if kernel != "native":
+    if kernel == "xla":
         return kernel
     if collision not in NATIVE_COLLISIONS:
         raise ConfigError(
             s.key("kernel"),
             kernel,
-            f"xla with fluid.collision={collision} (the native kernel has "
+            f"xla with fluid.collision={collision} (the {kernel} kernel has "
             f"{' and '.join(NATIVE_COLLISIONS)})",
         )
-    if les != "none":
+    if les != "none" and kernel != "native":
         raise ConfigError(s.key("kernel"), kernel, f"xla with fluid.les={les}")
-    if storage == "bfloat16":
+    stored = KERNEL_STORAGES[kernel]
+    if storage is not None and storage not in stored:
         raise ConfigError(
             s.key("kernel"),
             kernel,
-            f"xla with fluid.storage={storage} (the native kernel stores f, or float16)",
+            f"xla with fluid.storage={storage} (the {kernel} kernel stores f, or "
+            f"{' or '.join(stored)})",
         )
     return kernel
 

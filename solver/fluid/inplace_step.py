@@ -10,15 +10,20 @@ rest), so outputs, checkpoints and the health check see no difference; the pure-
 (solver/fluid/step.py) is the reference the kernel must equal to round-off (tests/
 test_native_kernel.py).
 
-What the kernel covers: D2Q9, D3Q19, D3Q27; BGK and TRT; float32 and float64 (stored as
-computed) and float16 storage with float32 compute ((f - w) * 2^15, kernels/storage.py);
+What the kernel covers: D2Q9, D3Q19, D3Q27; BGK and TRT, either with the Smagorinsky subgrid
+model (the native kernel only; the closed form of kernels/collision.py); float32 and float64
+(stored as computed) and float16 storage with float32 compute ((f - w) * 2^15,
+kernels/storage.py);
 periodic edges, half-way bounce-back on resting and moving (Ladd) walls; a body force, constant
 or periodic in time (Guo). Anything else is refused by ``unsupported`` with the reason, before
-anything is traced. One device: the in-place scheme's halo exchange is not built.
+anything is traced. One device: the in-place scheme's halo exchange is not built. The GPU's
+one-buffer kernel (``fluid.kernel=pallas``, solver/fluid/pallas_step.py) covers the same
+physics and is checked by the same ``unsupported`` and ``require_kernel``.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import jax
@@ -27,23 +32,32 @@ import numpy as np
 from jax import Array
 
 from kernels.collision import trt_omega_minus
+from kernels.pallas_lb import MAX_CELLS as PALLAS_MAX_CELLS
 from solver.errors import ConfigError
 from solver.fluid.collide import body_force_at
+from solver.fluid.config import KERNEL_STORAGES
 from solver.fluid.native import target_name
 from solver.fluid.setup import FluidSetup
 from solver.fluid.step import FluidGeometry, FluidState
 
 COLLISIONS = ("bgk", "trt")
+# per one-buffer kernel: its name in messages, and the 16-bit storages it keeps besides f
+ONE_BUFFER_KERNELS = {
+    "native": ("the native kernel", KERNEL_STORAGES["native"]),
+    "pallas": ("the Pallas kernel", KERNEL_STORAGES["pallas"]),
+}
 
 
-def unsupported(setup: FluidSetup) -> str | None:
-    """Why the native kernel cannot run ``setup`` (one line), or None when it can."""
+def unsupported(setup: FluidSetup, kernel: str = "native") -> str | None:
+    """Why the one-buffer ``kernel`` ("native" or "pallas") cannot run ``setup`` (one line),
+    or None when it can. Both cover the same physics (module docstring)."""
+    name, shifted = ONE_BUFFER_KERNELS[kernel]
     if setup.collision not in COLLISIONS:
-        return f"collision {setup.collision!r} (the native kernel has {' and '.join(COLLISIONS)})"
-    if setup.les != "none":
-        return f"les={setup.les!r} (no subgrid model in the native kernel)"
-    if setup.storage_dtype not in (setup.dtype, "float16"):
-        return f"storage {setup.storage_dtype!r} (the native kernel stores f, or float16)"
+        return f"collision {setup.collision!r} ({name} has {' and '.join(COLLISIONS)})"
+    if setup.les != "none" and kernel != "native":
+        return f"les={setup.les!r} (no subgrid model in {name})"
+    if setup.storage_dtype not in (setup.dtype, *shifted):
+        return f"storage {setup.storage_dtype!r} ({name} stores f, or {' or '.join(shifted)})"
     if setup.open_boundaries:
         return "open boundaries (inlets and outlets are XLA-step boundary rules)"
     if setup.wall_distance is not None:
@@ -52,20 +66,34 @@ def unsupported(setup: FluidSetup) -> str | None:
         return "a measured obstacle force (the momentum exchange is an XLA-step part)"
     if setup.sponge is not None:
         return "a sponge layer"
+    if kernel == "pallas" and setup.cells > PALLAS_MAX_CELLS:
+        return f"{setup.cells} cells (the Pallas kernel indexes at most {PALLAS_MAX_CELLS})"
     return None
 
 
-def require_native(setup: FluidSetup, shards: int = 1, coupled: bool = False) -> None:
-    """Raise a ConfigError on fluid.kernel when the native kernel cannot run this set-up."""
-    reason = unsupported(setup)
-    if reason is None and jax.default_backend() != "cpu":
-        reason = f"the {jax.default_backend()} back end (the native kernel is a CPU kernel)"
+def require_kernel(
+    setup: FluidSetup, kernel: str | None = None, shards: int = 1, coupled: bool = False
+) -> None:
+    """Raise a ConfigError on fluid.kernel when the one-buffer ``kernel`` (default: the
+    setup's) cannot run this set-up on ``shards`` devices, with bodies when ``coupled``."""
+    kernel = setup.kernel if kernel is None else kernel
+    reason = unsupported(setup, kernel)
+    backend = jax.default_backend()
+    if reason is None and kernel == "native" and backend != "cpu":
+        reason = f"the {backend} back end (the native kernel is a CPU kernel)"
+    if reason is None and kernel == "pallas" and backend not in ("cpu", "gpu"):
+        reason = f"the {backend} back end (the Pallas kernel is a Triton kernel for GPUs)"
     if reason is None and shards > 1:
         reason = f"a mesh of {shards} devices (the in-place scheme runs on one device)"
     if reason is None and coupled:
         reason = "bodies in the fluid (the coupling is an XLA-step collision)"
     if reason is not None:
-        raise ConfigError("fluid.kernel", "native", f"xla for {reason}")
+        raise ConfigError("fluid.kernel", kernel, f"xla for {reason}")
+
+
+def require_native(setup: FluidSetup, shards: int = 1, coupled: bool = False) -> None:
+    """Raise a ConfigError on fluid.kernel when the native kernel cannot run this set-up."""
+    require_kernel(setup, "native", shards, coupled)
 
 
 def solid_links(setup: FluidSetup) -> tuple[np.ndarray, np.ndarray]:
@@ -105,7 +133,7 @@ def make_inplace_chunk(
     Raises:
         ValueError: the kernel does not cover the setup (``unsupported``).
     """
-    reason = unsupported(setup)
+    reason = unsupported(setup, "native")
     if reason is not None:
         raise ValueError(f"fluid.kernel=native does not support {reason}")
     lat, dtype = setup.lattice, jnp.dtype(setup.dtype)
@@ -119,6 +147,9 @@ def make_inplace_chunk(
     omega_minus = setup.omega
     if setup.collision == "trt":
         omega_minus = trt_omega_minus(setup.omega, setup.trt_magic)
+    # Smagorinsky: the scale 18 sqrt(2) C_s^2 of kernels/collision.py (0: no subgrid model);
+    # TRT keeps Lambda under it (trt_magic < 0 tells the kernel BGK)
+    les_scale = 18.0 * math.sqrt(2.0) * setup.les_cs**2 if setup.les == "smagorinsky" else 0.0
     # the kernel's grid is 3D: a 2D force (F_x, F_y) acts along its axes (x, z)
     axes = [0, 1, 2] if lat.d == 3 else [0, 2]
 
@@ -147,6 +178,8 @@ def make_inplace_chunk(
             omega_minus=np.float64(omega_minus),
             walls=np.int64(has_solid),
             force=np.int64(setup.body_force is not None),
+            les_scale=np.float64(les_scale),
+            trt_magic=np.float64(setup.trt_magic if setup.collision == "trt" else -1.0),
         )
         new_state = FluidState(populations=populations, time=t0 + n)
         return new_state, jnp.zeros((n, setup.force_width), dtype)

@@ -20,7 +20,9 @@ device (per shard of L cells, Lp = L with one ghost layer on every face; ``solve
                      materialised streaming (curved walls, open boundaries, force measurement)
                      and the wall rules' temporaries: s q (1 + 2 Lp / L + extra) L; with
                      fluid.kernel=native the state alone, s q L, plus the solid mask and the
-                     wall links (solver/fluid/inplace_step.py);
+                     wall links (solver/fluid/inplace_step.py); with fluid.kernel=pallas the
+                     state alone plus the solid mask and the wall velocities
+                     (solver/fluid/pallas_step.py);
     geometry         masks and wall arrays, unpadded and padded; the (d + 1) moments.
 Checked against a built case and XLA's compiled-memory figures in tests/test_memory.py (within a
 factor of 2 either way). On the CPU the devices' arrays live in host memory too.
@@ -154,6 +156,14 @@ def estimate(config, shape: tuple[int, ...], mesh: tuple[int, ...] | None = None
         device = stored * q * local
         if footprint.solid:
             device += local + (16 + itemsize) * (q - 1) * local // 8
+    elif getattr(config.fluid, "kernel", "xla") == "pallas":
+        # the GPU kernel holds the state alone (aliased in and out of every sweep), the solid
+        # mask and the moving walls' velocities, which its sweeps read where they need them
+        device = stored * q * local
+        if footprint.solid:
+            device += local
+        if footprint.wall_velocity:
+            device += itemsize * d * local
     if footprint.curved:
         device += itemsize * q * (local + padded) + local + padded
     if footprint.coupled:

@@ -25,7 +25,7 @@ from solver.distributed.host_collectives import barrier
 from solver.distributed.runtime import Runtime
 from solver.errors import DivergenceError
 from solver.fluid.cases import Case, RunData, build_case
-from solver.fluid.inplace_step import require_native
+from solver.fluid.inplace_step import require_kernel
 from solver.fluid.step import decode_populations, initial_state, macroscopic
 from solver.model import OutputSchedule, Problem
 from solver.output.field_parts import PartWriter, VirtualFieldWriter
@@ -185,8 +185,8 @@ class FluidModel:
             "x".join(str(n) for n in dist.decomposition.local_shape),
             runtime.process_count,
         )
-        if setup.kernel == "native":  # before anything is traced: exit 2 with the reason
-            require_native(setup, dist.decomposition.shards)
+        if setup.kernel != "xla":  # before anything is traced: exit 2 with the reason
+            require_kernel(setup, shards=dist.decomposition.shards)
         self.geometry = dist.geometry(setup)
         self._chunk = dist.chunk(setup)
         self._exchange = None  # the telemetry's halo probe, built at its first use

@@ -14,32 +14,23 @@ so that concurrent processes build it once.
 from __future__ import annotations
 
 import ctypes
-import fcntl
-import hashlib
 import os
-import shutil
-import subprocess
 import sys
 from functools import cache
 from pathlib import Path
 
-import jax
 import numpy as np
 
 from kernels.lattices import LATTICES, Lattice
+from solver.native_build import FLAGS, NativeBuildError, build_directory, compile_library, load
+from solver.native_build import register as register_target
+
+__all__ = ["FLAGS", "NativeBuildError", "build", "build_all", "built_tables", "target_name"]
 
 SOURCE = Path(__file__).resolve().parents[2] / "kernels" / "native" / "lb_inplace.cc"
-# -ffp-contract=off: no fused multiply-adds, so the collision rounds alike in the even and the
-# odd sweep and in their vectorised and scalar loops (chunks of any length compose bitwise)
-FLAGS = ("-O3", "-march=native", "-ffp-contract=off", "-fopenmp", "-shared", "-fPIC",
-         "-std=c++17")  # fmt: skip
 # storage dtype of the populations -> (C++ storage type, C++ compute type)
 TYPES = {"float32": ("float", "float"), "float64": ("double", "double"),
          "float16": ("uint16_t", "float")}  # fmt: skip
-
-
-class NativeBuildError(RuntimeError):
-    """The native kernel could not be built (no compiler, or a compile error)."""
 
 
 def lattice_tables() -> str:
@@ -70,64 +61,29 @@ def _library_name(lattice: str, storage: str) -> str:
 
 
 def _build_dir() -> Path:
-    root = os.environ.get("SOLVER_NATIVE_DIR")
-    base = Path(root) if root else SOURCE.parents[2] / "build" / "native"
-    digest = hashlib.sha256()
-    for part in (SOURCE.read_bytes(), lattice_tables().encode(), " ".join(FLAGS).encode(),
-                 jax.lib.__version__.encode() if hasattr(jax.lib, "__version__") else b"",
-                 jax.__version__.encode()):  # fmt: skip
-        digest.update(part)
-    return base / digest.hexdigest()[:16]
+    return build_directory(SOURCE.read_bytes(), lattice_tables().encode())
 
 
 def build(lattice: str, storage: str, verbose: bool = False) -> Path:
     """Path of the library for ``lattice`` (a name) and the populations' ``storage`` dtype
     (float32, float64, or float16 with float32 compute), building it first when missing."""
     storage = np.dtype(storage).name
-    target_dir = _build_dir()
-    library = target_dir / _library_name(lattice, storage)
-    if library.exists():
-        return library
-    compiler = shutil.which(os.environ.get("CXX", "g++"))
-    if compiler is None:
-        raise NativeBuildError("no C++ compiler (g++ or $CXX) to build the native kernel")
-    target_dir.parent.mkdir(parents=True, exist_ok=True)
-    with open(target_dir.parent / ".lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # another process may be building the same library
-        if library.exists():
-            return library
-        target_dir.mkdir(parents=True, exist_ok=True)
-        (target_dir / "lattices.inc").write_text(lattice_tables())
-        partial = library.with_suffix(".partial")
-        command = [compiler, *FLAGS, f"-I{jax.ffi.include_dir()}", f"-I{target_dir}",
-                   f"-DLB_LATTICE={lattice}", f"-DLB_STORAGE={TYPES[storage][0]}",
-                   f"-DLB_TYPE={TYPES[storage][1]}",
-                   str(SOURCE), "-o", str(partial)]  # fmt: skip
-        if verbose:
-            print(" ".join(command), file=sys.stderr)
-        done = subprocess.run(command, capture_output=True, text=True)
-        if done.returncode != 0:
-            raise NativeBuildError(f"building the native kernel failed:\n{done.stderr[-4000:]}")
-        partial.rename(library)  # atomic: a reader sees the whole library or none
-    return library
+    library = _build_dir() / _library_name(lattice, storage)
+    defines = (f"LB_LATTICE={lattice}", f"LB_STORAGE={TYPES[storage][0]}",
+               f"LB_TYPE={TYPES[storage][1]}")  # fmt: skip
+    return compile_library(library, SOURCE, defines, {"lattices.inc": lattice_tables()}, verbose)
 
 
 @cache
 def _library(lattice: str, storage: str) -> ctypes.CDLL:
-    return ctypes.CDLL(str(build(lattice, storage)))
+    return load(build(lattice, storage))
 
 
 def target_name(lattice: Lattice, storage: np.dtype | str) -> str:
     """Register the handler for ``lattice`` and the ``storage`` dtype once; its name."""
-    return _register(lattice.name, np.dtype(storage).name)
-
-
-@cache
-def _register(lattice: str, storage: str) -> str:
-    name = f"solver_lb_inplace_{lattice}_{storage}"
-    handler = _library(lattice, storage).LbInplace
-    jax.ffi.register_ffi_target(name, jax.ffi.pycapsule(handler), platform="cpu")
-    return name
+    storage = np.dtype(storage).name
+    name = f"solver_lb_inplace_{lattice.name}_{storage}"
+    return register_target(name, build(lattice.name, storage), "LbInplace")
 
 
 def built_tables(

@@ -17,7 +17,7 @@ COLLISIONS = ("bgk", "trt", "regularized", "kbc")
 # the operators that need the tensor-product lattices D2Q9 and D3Q27 (q = 3^d)
 TENSOR_PRODUCT_COLLISIONS = ("kbc",)
 LES_MODELS = ("none", "smagorinsky")
-KERNELS = ("xla", "native")
+KERNELS = ("xla", "native", "pallas")
 # OpenBoundary.kind: the inlets prescribe a velocity, the outlets a density or an outflow
 INLET_KINDS = ("velocity", "velocity_bounce_back")
 OUTLET_KINDS = ("pressure", "pressure_anti_bounce_back", "convective")
@@ -125,8 +125,9 @@ class FluidSetup:
             (kernels/collision.py), on BGK, TRT and regularized (TRT keeps Lambda, so its odd
             rate follows); not with KBC.
         les_cs: the Smagorinsky constant C_s (> 0), used with les = "smagorinsky".
-        kernel: "xla" (the pure-JAX step, solver/fluid/step.py) or "native" (the in-place
-            kernel on one buffer, solver/fluid/inplace_step.py; one device).
+        kernel: "xla" (the pure-JAX step, solver/fluid/step.py), "native" (the in-place CPU
+            kernel on one buffer, solver/fluid/inplace_step.py; one device) or "pallas" (the
+            in-place GPU kernel on one buffer, solver/fluid/pallas_step.py; one device).
         solid: (*shape) bool, True on solid nodes. Domain edges are periodic, so walls at the
             box edges are solid layers.
         wall_velocity: (d, *shape) lattice velocity of solid nodes (moving walls, Ladd's rule);

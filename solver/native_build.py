@@ -1,0 +1,103 @@
+"""Native CPU kernels: compiled once per machine with its own g++, registered with XLA as FFI
+targets (the fluid's kernels/native/lb_inplace.cc, the bodies' kernels/native/dem_spheres.cc).
+
+A kernel is a C++ source compiled against the XLA FFI headers that ship with jaxlib, with the
+machine's g++ (``-O3 -march=native -ffp-contract=off -fopenmp``), into a directory
+``build/native/<hash>/`` under the repository (``SOLVER_NATIVE_DIR`` overrides the base). The
+hash covers what the caller names (the source and anything generated into the build), the flags
+and the jax and jaxlib versions, so a change to any of them builds a new library and a stale one
+is never loaded. A library is built when first asked for, under a file lock in the base
+directory, so that concurrent processes (pytest workers, MPI ranks) build it once; it appears by
+an atomic rename, so a reader sees the whole library or none.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import fcntl
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+from functools import cache
+from pathlib import Path
+
+import jax
+
+REPOSITORY = Path(__file__).resolve().parents[1]
+# -ffp-contract=off: no fused multiply-adds, so a formula rounds alike wherever it appears (the
+# fluid's even and odd sweeps, vectorised and scalar loops) and chunks of any length compose;
+# -fno-math-errno: sqrt without the errno branch that stops GCC vectorising a loop (same values)
+FLAGS = ("-O3", "-march=native", "-ffp-contract=off", "-fno-math-errno", "-fopenmp", "-shared",
+         "-fPIC", "-std=c++17")  # fmt: skip
+
+
+class NativeBuildError(RuntimeError):
+    """A native kernel could not be built (no compiler, or a compile error)."""
+
+
+def build_directory(*parts: bytes) -> Path:
+    """The directory of the libraries built from ``parts`` (the source and what is generated
+    for it), the flags and this jax/jaxlib: ``<base>/<16 hex digits>``."""
+    root = os.environ.get("SOLVER_NATIVE_DIR")
+    base = Path(root) if root else REPOSITORY / "build" / "native"
+    digest = hashlib.sha256()
+    for part in (*parts, " ".join(FLAGS).encode(),
+                 jax.lib.__version__.encode() if hasattr(jax.lib, "__version__") else b"",
+                 jax.__version__.encode()):  # fmt: skip
+        digest.update(part)
+    return base / digest.hexdigest()[:16]
+
+
+def compile_library(
+    library: Path,
+    source: Path,
+    defines: Sequence[str] = (),
+    generated: Mapping[str, str] | None = None,
+    verbose: bool = False,
+    extra_flags: Sequence[str] = (),
+) -> Path:
+    """``library`` (a path inside a ``build_directory``), compiled from ``source`` with the
+    macros ``defines`` ("NAME=VALUE") and ``extra_flags`` after FLAGS (the caller hashes them
+    into the directory) when missing; ``generated`` files (name -> text) are written beside it
+    first and are on the include path."""
+    if library.exists():
+        return library
+    compiler = shutil.which(os.environ.get("CXX", "g++"))
+    if compiler is None:
+        raise NativeBuildError(f"no C++ compiler (g++ or $CXX) to build {source.name}")
+    target_dir = library.parent
+    target_dir.parent.mkdir(parents=True, exist_ok=True)
+    with open(target_dir.parent / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # another process may be building the same library
+        if library.exists():
+            return library
+        target_dir.mkdir(parents=True, exist_ok=True)
+        for name, text in (generated or {}).items():
+            (target_dir / name).write_text(text)
+        partial = library.with_suffix(".partial")
+        command = [compiler, *FLAGS, *extra_flags, f"-I{jax.ffi.include_dir()}", f"-I{target_dir}",
+                   *(f"-D{d}" for d in defines), str(source), "-o", str(partial)]  # fmt: skip
+        if verbose:
+            print(" ".join(command), file=sys.stderr)
+        done = subprocess.run(command, capture_output=True, text=True)
+        if done.returncode != 0:
+            raise NativeBuildError(f"building {source.name} failed:\n{done.stderr[-4000:]}")
+        partial.rename(library)  # atomic: a reader sees the whole library or none
+    return library
+
+
+@cache
+def load(library: Path) -> ctypes.CDLL:
+    """The loaded library (once per process)."""
+    return ctypes.CDLL(str(library))
+
+
+@cache
+def register(name: str, library: Path, symbol: str) -> str:
+    """Register ``symbol`` of ``library`` as the CPU FFI target ``name`` (once); the name."""
+    handler = getattr(load(library), symbol)
+    jax.ffi.register_ffi_target(name, jax.ffi.pycapsule(handler), platform="cpu")
+    return name
