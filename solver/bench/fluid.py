@@ -257,7 +257,7 @@ def bench_one(
         lattice=setup.lattice.name,
         precision=precision,
         case=case,
-        collision=collision,
+        collision=collision if les == "none" else f"{collision}+les",
         storage=setup.storage_dtype,
         kernel=kernel,
         shape=tuple(setup.shape),
@@ -334,8 +334,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--repeats", type=int, default=5, help="timed chunks per row (median)")
     parser.add_argument("--case", choices=("periodic", "walls", "both"), default="both")
     parser.add_argument("--json", metavar="PATH", default=None, help="also write results here")
-    parser.add_argument("--les", choices=("none", "smagorinsky"), default="none",
-                        help="subgrid model of every row (smagorinsky: C_s = 0.17)")  # fmt: skip
+    parser.add_argument("--les", default="none",
+                        help="comma-separated subgrid models, none,smagorinsky (C_s = 0.17): "
+                        "each row is run with each")  # fmt: skip
     parser.add_argument("--collisions", default="bgk",
                         help=f"comma-separated: {','.join(COLLISIONS)} (default bgk)")  # fmt: skip
     parser.add_argument("--storages", default="",
@@ -356,6 +357,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args.lattices = _csv(args.lattices)
     args.precisions = _csv(args.precisions)
     args.collisions = [c.lower() for c in _csv(args.collisions)]
+    args.les = [c.lower() for c in _csv(args.les)] or ["none"]
+    for c in args.les:
+        if c not in ("none", "smagorinsky"):
+            parser.error(f"--les: unknown {c!r}; allowed: none, smagorinsky")
     for c in args.collisions:
         if c not in COLLISIONS:
             parser.error(f"--collisions: unknown {c!r}; allowed: {', '.join(COLLISIONS)}")
@@ -374,13 +379,13 @@ def supports(
     lattice, collision: str, les: str, kernel: str = "xla", storage: str = "", precision: str = ""
 ) -> bool:
     """Whether the setup accepts the operator here (KBC: tensor-product lattices, no LES) and
-    the kernel runs it (native and pallas: BGK/TRT without LES, stored as computed or in their
-    16-bit storages, float16 for native, float16 and bfloat16 for pallas)."""
+    the kernel runs it (native and pallas: BGK/TRT, with LES on native only, stored as computed
+    or in their 16-bit storages, float16 for native, float16 and bfloat16 for pallas)."""
     if collision in TENSOR_PRODUCT_COLLISIONS and lattice.q != 3**lattice.d:
         return False
     if kernel in ONE_BUFFER_KERNELS and (
         collision not in NATIVE_COLLISIONS
-        or les != "none"
+        or (les != "none" and kernel != "native")
         or storage not in (precision, *ONE_BUFFER_KERNELS[kernel][1])
     ):
         return False
@@ -404,7 +409,7 @@ def main(argv: list[str] | None = None) -> int:
         f"device: {devices[0].platform} x{len(devices)} ({platform.processor() or 'cpu'}), "
         f"{os.cpu_count()} cores, jax {jax.__version__}; "
         f"copy kernel: {COPY_BYTES // 2**20} MiB x {COPY_ITERATIONS}; "
-        f"{args.steps} steps per chunk, median of {args.repeats}; LES {args.les}; "
+        f"{args.steps} steps per chunk, median of {args.repeats}; LES {', '.join(args.les)}; "
         f"collisions {', '.join(args.collisions)}; "
         f"storages {', '.join(args.storages) or 'as the precision'}; "
         f"kernels {', '.join(args.kernels)}",
@@ -423,10 +428,10 @@ def main(argv: list[str] | None = None) -> int:
                 (args.sizes_2d or [_edge_2d(n) for n in args.sizes]) if lat.d == 2 else args.sizes
             )
             storages = storages_for(precision, args.storages)
-            for case, edge, collision, storage, kernel in itertools.product(
-                cases, edges, args.collisions, storages, args.kernels
+            for case, edge, collision, storage, kernel, les in itertools.product(
+                cases, edges, args.collisions, storages, args.kernels, args.les
             ):
-                if not supports(lat, collision, args.les, kernel, storage, precision):
+                if not supports(lat, collision, les, kernel, storage, precision):
                     continue
                 row = bench_one(
                     lat.name,
@@ -436,7 +441,7 @@ def main(argv: list[str] | None = None) -> int:
                     args.steps,
                     args.repeats,
                     copy_run,
-                    args.les,
+                    les,
                     collision,
                     storage,
                     kernel,
