@@ -38,7 +38,8 @@ gathers and scatters of those indices (``ref.at[rows, cols]``), masked to the fl
 the grid. Offsets are 64-bit where the buffer exceeds 4 GiB (Pallas's Triton lowering), cell
 indices are int32: grids of up to 2^31 - 1 cells.
 
-Collision: BGK or TRT with Guo's forcing, kernels/collision.py and kernels/equilibrium.py
+Collision: BGK or TRT with Guo's forcing, optionally with the Smagorinsky subgrid model,
+kernels/collision.py and kernels/equilibrium.py
 called on the block's values (the pure-JAX step's own formulas), in the compute dtype; a
 16-bit storage holds (f - w) * s (kernels/storage.py), decoded on load, encoded on store.
 On the CPU the sweeps run in Pallas's interpret mode (slow: for tests).
@@ -77,6 +78,10 @@ class SweepSpec:
         omega_plus: relaxation rate of the even moments (BGK: the rate).
         omega_minus: TRT's odd rate (equal to omega_plus for BGK).
         trt: TRT (True) or BGK.
+        les_cs: the Smagorinsky constant C_s, 0 without a subgrid model: then the even rate is
+            per cell (kernels/collision.py smagorinsky_omega, omega_plus the molecular one) and
+            TRT's odd rate follows it through Lambda = ``trt_magic``.
+        trt_magic: TRT's Lambda (used with les_cs > 0).
         walls: whether the grid has solid nodes (a (n,) bool mask is passed).
         moving: whether walls move (a (d, n) wall velocity is passed; Ladd's term).
         block: cells per program, a power of two.
@@ -91,6 +96,8 @@ class SweepSpec:
     omega_plus: float
     omega_minus: float
     trt: bool
+    les_cs: float = 0.0
+    trt_magic: float = 0.1875
     walls: bool = False
     moving: bool = False
     block: int = 256
@@ -168,12 +175,20 @@ def _collide(spec: SweepSpec, f: list[Array], force) -> list[Array]:
             total = total + 0.5 * force[a]
         u.append(total / rho)
     feq = equilibrium(lat, rho, u)
+    omega_plus, omega_minus = spec.omega_plus, spec.omega_minus
+    if spec.les_cs > 0.0:  # the cell's own rate: no extra pass (solver/fluid/collide.py)
+        omega_plus = collision.smagorinsky_omega(
+            lat, f, feq, rho, u, force, spec.omega_plus, spec.les_cs
+        )
+        omega_minus = omega_plus
+        if spec.trt:
+            omega_minus = collision.trt_omega_minus(omega_plus, spec.trt_magic)
     if spec.trt:
-        post = collision.trt(lat, f, feq, spec.omega_plus, spec.omega_minus)
+        post = collision.trt(lat, f, feq, omega_plus, omega_minus)
     else:
-        post = collision.bgk(lat, f, feq, spec.omega_plus)
+        post = collision.bgk(lat, f, feq, omega_plus)
     if force is not None:
-        source = collision.guo_source(lat, u, force, spec.omega_plus, spec.omega_minus)
+        source = collision.guo_source(lat, u, force, omega_plus, omega_minus)
         post = tuple(p + s for p, s in zip(post, source, strict=True))
     return [p.astype(spec.compute) for p in post]
 

@@ -218,7 +218,6 @@ def test_unsupported_set_ups_are_config_errors():
     assert parse_fluid(fluid(kernel="native", les="smagorinsky")).les == "smagorinsky"
     for bad in (
         {"kernel": "native", "collision": "regularized"},
-        {"kernel": "pallas", "les": "smagorinsky"},
         {"kernel": "native", "storage": "bfloat16"},
         {"kernel": "cuda"},
     ):

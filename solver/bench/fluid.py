@@ -379,13 +379,12 @@ def supports(
     lattice, collision: str, les: str, kernel: str = "xla", storage: str = "", precision: str = ""
 ) -> bool:
     """Whether the setup accepts the operator here (KBC: tensor-product lattices, no LES) and
-    the kernel runs it (native and pallas: BGK/TRT, with LES on native only, stored as computed
+    the kernel runs it (native and pallas: BGK/TRT with or without LES, stored as computed
     or in their 16-bit storages, float16 for native, float16 and bfloat16 for pallas)."""
     if collision in TENSOR_PRODUCT_COLLISIONS and lattice.q != 3**lattice.d:
         return False
     if kernel in ONE_BUFFER_KERNELS and (
         collision not in NATIVE_COLLISIONS
-        or (les != "none" and kernel != "native")
         or storage not in (precision, *ONE_BUFFER_KERNELS[kernel][1])
     ):
         return False

@@ -253,8 +253,6 @@ def _kernel(s: Section, collision: str, les: str, storage: str | None) -> str:
             f"xla with fluid.collision={collision} (the {kernel} kernel has "
             f"{' and '.join(NATIVE_COLLISIONS)})",
         )
-    if les != "none" and kernel != "native":
-        raise ConfigError(s.key("kernel"), kernel, f"xla with fluid.les={les}")
     stored = KERNEL_STORAGES[kernel]
     if storage is not None and storage not in stored:
         raise ConfigError(

@@ -11,7 +11,7 @@ rest), so outputs, checkpoints and the health check see no difference; the pure-
 test_native_kernel.py).
 
 What the kernel covers: D2Q9, D3Q19, D3Q27; BGK and TRT, either with the Smagorinsky subgrid
-model (the native kernel only; the closed form of kernels/collision.py); float32 and float64
+model (the closed form of kernels/collision.py); float32 and float64
 (stored as computed) and float16 storage with float32 compute ((f - w) * 2^15,
 kernels/storage.py);
 periodic edges, half-way bounce-back on resting and moving (Ladd) walls; a body force, constant
@@ -54,8 +54,6 @@ def unsupported(setup: FluidSetup, kernel: str = "native") -> str | None:
     name, shifted = ONE_BUFFER_KERNELS[kernel]
     if setup.collision not in COLLISIONS:
         return f"collision {setup.collision!r} ({name} has {' and '.join(COLLISIONS)})"
-    if setup.les != "none" and kernel != "native":
-        return f"les={setup.les!r} (no subgrid model in {name})"
     if setup.storage_dtype not in (setup.dtype, *shifted):
         return f"storage {setup.storage_dtype!r} ({name} stores f, or {' or '.join(shifted)})"
     if setup.open_boundaries:

@@ -56,6 +56,8 @@ def sweep_spec(setup: FluidSetup, block: int = BLOCK, interpret: bool | None = N
         omega_plus=float(setup.omega),
         omega_minus=float(omega_minus),
         trt=setup.collision == "trt",
+        les_cs=float(setup.les_cs) if setup.les == "smagorinsky" else 0.0,
+        trt_magic=float(setup.trt_magic),
         walls=has_solid,
         moving=moving,
         block=block,
