@@ -4,7 +4,7 @@
                                   [--ensemble-bodies 16] [--steps 20] [--repeats 3] [--json PATH]
                                   [--peer lammps] [--peer-steps 200] [--peer-ranks N]
                                   [--peer-dir DIR] [--diagnostics-every K]
-                                  [--precision float64|float32]
+                                  [--precision float64|float32] [--kernels xla,native]
 
 Packings: n equal spheres (r = 1 mm, glass-like, Hertz-Mindlin with friction) on a simple cubic
 lattice of spacing 2 r inside a box of six rigid walls, each centre jittered by up to
@@ -20,6 +20,9 @@ static and the state donated, as the run loop does; after one warm-up call ``rep
 (median) and the time per step; for two or more sizes the ratio t(n_big)/t(n_small) per tenfold
 increase of n (linear cost: 10).
 
+Kernels: ``--kernels xla,native`` times each row with each body step (``bodies.kernel``: the XLA
+chunk, or the C++ chunk of solver/bodies/native_step.py), the same scene and state, in one run.
+
 Ensemble: ``ensemble`` independent scenes of ``ensemble_bodies`` spheres (a jittered column
 dropping onto the floor of a small box), members differing in their jitter and restitution,
 advanced by one vmapped chunk over the states and ``ContactParams``. Reported: member
@@ -34,8 +37,8 @@ fraction an overestimate of how close the step is to the memory bound.
 
 Peer: ``--peer lammps`` runs LAMMPS (Debian's ``lammps``) on each packing, with its neighbour
 list rebuilt lazily (the solver's rule) and every step, on as many MPI ranks as cores, and prints
-both rates side by side (solver/bench/lammps_peer.py; the deck of 10^4 spheres is
-docs/lammps/in.bodies).
+both rates side by side, one row per kernel (solver/bench/lammps_peer.py; the deck of 10^4
+spheres is docs/lammps/in.bodies).
 """
 
 from __future__ import annotations
@@ -67,6 +70,7 @@ CAPACITY = 8
 MAX_NEIGHBORS = 8  # partners j > i per sphere (3 on the lattice)
 STATE_FLOATS = 19  # position 3, orientation 4, velocity 3, angular momentum 3, force 3, torque 3
 PARTNER_FLOATS = 10  # gathered per table slot: position 3, velocity 3, angular velocity 3, radius
+KERNELS = ("xla", "native")  # bodies.kernel
 
 
 @dataclass(frozen=True)
@@ -86,6 +90,7 @@ class BodiesBenchRow:
     fraction: float
     contacts_per_body: float
     compile_s: float
+    kernel: str = "xla"  # bodies.kernel of the chunk timed
 
 
 def bytes_per_body_step(max_neighbors: int, planes: int, itemsize: int = 8) -> int:
@@ -204,7 +209,7 @@ def _check(setup, state, label: str) -> float:
 
 
 def _row(kind, bodies, members, steps, seconds, bandwidths, contacts, compile_s, planes,
-         itemsize=8):  # fmt: skip
+         itemsize=8, kernel="xla"):  # fmt: skip
     per_step = statistics.median(seconds) / steps
     work = bodies * members
     bandwidth = statistics.median(bandwidths)
@@ -225,7 +230,19 @@ def _row(kind, bodies, members, steps, seconds, bandwidths, contacts, compile_s,
         fraction=rate / ceiling,
         contacts_per_body=contacts,
         compile_s=compile_s,
+        kernel=kernel,
     )
+
+
+def _chunk_maker(kernel: str):
+    """make_body_chunk or the native kernel's make_native_chunk (``bodies.kernel``)."""
+    if kernel == "native":
+        from solver.bodies.native_step import make_native_chunk
+
+        return make_native_chunk
+    from solver.bodies.step import make_body_chunk
+
+    return make_body_chunk
 
 
 def bench_packing(
@@ -236,18 +253,21 @@ def bench_packing(
     seed: int = 0,
     every: int | None = None,
     dtype: str = "float64",
+    kernel: str = "xla",
 ) -> BodiesBenchRow:
     """Time the solver chunk on a settling packing of n spheres; ``every``: steps between the
     energy and momentum totals (None: once per chunk, at its end, as a scene run totals at its
-    output steps); ``dtype``: the body state's type (bodies.precision)."""
-    from solver.bodies.step import initial_state, make_body_chunk
+    output steps); ``dtype``: the body state's type (bodies.precision); ``kernel``:
+    bodies.kernel."""
+    from solver.bodies.step import initial_state
 
     setup, position = build_scene(n, _lattice_counts(n), seed)
     start = time.perf_counter()
     # jitted: op by op, the first neighbour search of 1e5 spheres would take minutes
     state = jax.jit(lambda b: initial_state(setup, b))(_spheres(position).astype(dtype))
+    make_chunk = _chunk_maker(kernel)
     compiled = (
-        jax.jit(make_body_chunk(setup, every or steps), static_argnums=1, donate_argnums=0)
+        jax.jit(make_chunk(setup, every or steps), static_argnums=1, donate_argnums=0)
         .lower(state, steps)
         .compile()
     )
@@ -259,7 +279,7 @@ def bench_packing(
     state, seconds, bandwidths = _time_chunks(advance, state, repeats, copy_run)
     contacts = _check(setup, state, f"packing of {n}")
     return _row("packing", n, 1, steps, seconds, bandwidths, contacts, compile_s, setup.n_planes,
-                jnp.dtype(dtype).itemsize)  # fmt: skip
+                jnp.dtype(dtype).itemsize, kernel)  # fmt: skip
 
 
 def bench_ensemble(
@@ -270,10 +290,12 @@ def bench_ensemble(
     copy_run,
     seed: int = 1,
     dtype: str = "float64",
+    kernel: str = "xla",
 ) -> BodiesBenchRow:
     """Time one vmapped chunk over ``members`` scenes of ``bodies`` spheres (a dropping column
-    in a box of 2 x 2 sites), restitution drawn per member from [0.3, 0.9]."""
-    from solver.bodies.step import initial_state, make_body_chunk
+    in a box of 2 x 2 sites), restitution drawn per member from [0.3, 0.9]; ``kernel``:
+    bodies.kernel (native: the whole batch in one call)."""
+    from solver.bodies.step import initial_state
 
     counts = (2, 2, math.ceil(bodies / 4) + 2)
     setup, _ = build_scene(bodies, counts, seed)
@@ -290,7 +312,7 @@ def bench_ensemble(
     params = params.replace(restitution=restitution)
     start = time.perf_counter()
     state = jax.jit(jax.vmap(lambda b, p: initial_state(setup, b, p)))(batch, params)
-    chunk = make_body_chunk(setup, batched=True)
+    chunk = _chunk_maker(kernel)(setup, batched=True)
     compiled = (
         jax.jit(jax.vmap(lambda s, p: chunk(s, steps, p)), donate_argnums=0)
         .lower(state, params)
@@ -304,7 +326,7 @@ def bench_ensemble(
     state, seconds, bandwidths = _time_chunks(advance, state, repeats, copy_run)
     contacts = _check(setup, state, f"ensemble of {members} x {bodies}")
     return _row("ensemble", bodies, members, steps, seconds, bandwidths, contacts, compile_s,
-                setup.n_planes, jnp.dtype(dtype).itemsize)  # fmt: skip
+                setup.n_planes, jnp.dtype(dtype).itemsize, kernel)  # fmt: skip
 
 
 def growth_per_decade(rows: list[BodiesBenchRow]) -> float | None:
@@ -325,14 +347,14 @@ def growth_per_decade(rows: list[BodiesBenchRow]) -> float | None:
 def format_table(rows: list[BodiesBenchRow]) -> str:
     """Fixed-width text table of the results."""
     head = (
-        f"{'kind':8} {'bodies':>7} {'members':>7} {'body-steps/s':>12} {'best':>10} "
+        f"{'kind':8} {'kernel':6} {'bodies':>7} {'members':>7} {'body-steps/s':>12} {'best':>10} "
         f"{'s/step':>9} {'contacts':>8} {'copy GB/s':>9} {'B/body-step':>11} {'ceiling':>10} "
         f"{'of ceil':>7}"
     )
     lines = [head, "-" * len(head)]
     for r in rows:
         lines.append(
-            f"{r.kind:8} {r.bodies:7d} {r.members:7d} {r.body_steps_per_s:12.4g} "
+            f"{r.kind:8} {r.kernel:6} {r.bodies:7d} {r.members:7d} {r.body_steps_per_s:12.4g} "
             f"{r.body_steps_per_s_best:10.4g} {r.seconds_per_step:9.3g} "
             f"{r.contacts_per_body:8.2f} {r.bandwidth_gbs:9.1f} {r.bytes_per_body_step:11d} "
             f"{r.ceiling_body_steps_per_s:10.4g} {100 * r.fraction:6.2f}%"
@@ -340,10 +362,11 @@ def format_table(rows: list[BodiesBenchRow]) -> str:
     return "\n".join(lines)
 
 
-def run_peer(n: int, row: BodiesBenchRow, steps: int, ranks: int | None,
+def run_peer(n: int, rows: list[BodiesBenchRow], steps: int, ranks: int | None,
              directory: str | None) -> list[dict]:  # fmt: skip
-    """LAMMPS on the packing of ``row`` (the same seed), for both rebuild policies; [] with a
-    message when ``lmp`` is not installed. Rows: policy, rate, the solver's rate and its ratio."""
+    """LAMMPS on the packing of n spheres (the bench's seed), for both rebuild policies, beside
+    the solver's ``rows`` of that packing (one per kernel); [] with a message when ``lmp`` is
+    not installed. One result per policy and kernel: the two rates and their ratio."""
     import tempfile
     from pathlib import Path
 
@@ -359,34 +382,45 @@ def run_peer(n: int, row: BodiesBenchRow, steps: int, ranks: int | None,
         deck = lammps_peer.write_deck(base / f"n{n}_{policy}", setup, position, DENSITY, steps,
                                       policy)  # fmt: skip
         peer = lammps_peer.run(deck, policy, ranks)
-        results.append({
-            "bodies": n, "policy": policy, "ranks": peer.ranks, "steps": peer.steps,
-            "lammps_body_steps_per_s": peer.body_steps_per_s,
-            "solver_body_steps_per_s": row.body_steps_per_s,
-            "solver_fraction": row.body_steps_per_s / peer.body_steps_per_s,
-            "deck": str(deck),
-        })  # fmt: skip
         print(f"peer lammps {n} spheres, rebuild {policy}: {peer.body_steps_per_s:.4g} "
-              f"body-steps/s on {peer.ranks} ranks ({peer.steps} steps, {peer.loop_s:.3g} s); "
-              f"the solver reaches {100 * results[-1]['solver_fraction']:.1f} % of it",
+              f"body-steps/s on {peer.ranks} ranks ({peer.steps} steps, {peer.loop_s:.3g} s)",
               flush=True)  # fmt: skip
+        for row in rows:
+            results.append({
+                "bodies": n, "policy": policy, "kernel": row.kernel, "ranks": peer.ranks,
+                "steps": peer.steps, "lammps_body_steps_per_s": peer.body_steps_per_s,
+                "solver_body_steps_per_s": row.body_steps_per_s,
+                "solver_fraction": row.body_steps_per_s / peer.body_steps_per_s,
+                "deck": str(deck),
+            })  # fmt: skip
+            print(f"  the solver ({row.kernel}) reaches "
+                  f"{100 * results[-1]['solver_fraction']:.1f} % of it", flush=True)  # fmt: skip
     return results
 
 
 def format_peers(peers: list[dict]) -> str:
     """Side-by-side table of the solver and LAMMPS on the same packings."""
-    head = (f"{'bodies':>7} {'LAMMPS rebuild':>14} {'ranks':>5} {'LAMMPS':>10} {'solver':>10} "
-            f"{'solver/LAMMPS':>13}")  # fmt: skip
+    head = (f"{'bodies':>7} {'LAMMPS rebuild':>14} {'ranks':>5} {'LAMMPS':>10} {'kernel':>6} "
+            f"{'solver':>10} {'solver/LAMMPS':>13}")  # fmt: skip
     lines = [head, "-" * len(head)]
     for p in peers:
         lines.append(
             f"{p['bodies']:7d} {p['policy']:>14} {p['ranks']:5d} "
-            f"{p['lammps_body_steps_per_s']:10.4g} {p['solver_body_steps_per_s']:10.4g} "
-            f"{100 * p['solver_fraction']:12.1f}%"
+            f"{p['lammps_body_steps_per_s']:10.4g} {p['kernel']:>6} "
+            f"{p['solver_body_steps_per_s']:10.4g} {100 * p['solver_fraction']:12.1f}%"
         )
     lines.append("rebuild lazy: when an atom moved more than half the skin (the solver's rule); "
                  "every: each step")  # fmt: skip
     return "\n".join(lines)
+
+
+def _kernels(text: str) -> list[str]:
+    names = [t.strip().lower() for t in text.split(",") if t.strip()]
+    if not names or any(k not in KERNELS for k in names):
+        raise argparse.ArgumentTypeError(
+            f"expected kernels among {','.join(KERNELS)}, got {text!r}"
+        )
+    return list(dict.fromkeys(names))
 
 
 def _positive_ints(text: str) -> list[int]:
@@ -428,6 +462,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         choices=["float64", "float32"],
         default="float64",
         help="the body state's type, as bodies.precision (default float64)",
+    )
+    parser.add_argument(
+        "--kernels",
+        type=_kernels,
+        default=["xla"],
+        help="body steps to time, comma-separated: xla, native (bodies.kernel; default xla)",
     )
     parser.add_argument(
         "--diagnostics-every",
@@ -489,25 +529,30 @@ def main(argv: list[str] | None = None) -> int:
 
     peers: list[dict] = []
     for n in args.sizes:
-        show(bench_packing(n, args.steps, args.repeats, copy_run, every=args.diagnostics_every,
-                           dtype=args.precision))  # fmt: skip
+        for kernel in args.kernels:
+            show(bench_packing(n, args.steps, args.repeats, copy_run,
+                               every=args.diagnostics_every, dtype=args.precision,
+                               kernel=kernel))  # fmt: skip
         if args.peer == "lammps":
-            peers += run_peer(n, rows[-1], args.peer_steps, args.peer_ranks, args.peer_dir)
+            peers += run_peer(n, rows[-len(args.kernels):], args.peer_steps, args.peer_ranks,
+                              args.peer_dir)  # fmt: skip
     if args.ensemble:
-        show(bench_ensemble(args.ensemble, args.ensemble_bodies, args.steps, args.repeats,
-                            copy_run, dtype=args.precision))  # fmt: skip
+        for kernel in args.kernels:
+            show(bench_ensemble(args.ensemble, args.ensemble_bodies, args.steps, args.repeats,
+                                copy_run, dtype=args.precision, kernel=kernel))  # fmt: skip
     print()
     print(format_table(rows))
-    ratio = growth_per_decade(rows)
+    ratios = {k: growth_per_decade([r for r in rows if r.kernel == k]) for k in args.kernels}
     moved = bytes_per_body_step(MAX_NEIGHBORS, 6, jnp.dtype(args.precision).itemsize)
     print(
         f"ceiling: measured copy bandwidth / {moved} B per body-step (state, pair table and "
         f"springs read and written once, partners gathered once; a lower bound on the traffic)"
     )
-    if ratio is not None:
-        sizes = sorted(r.bodies for r in rows if r.kind == "packing")
-        print(f"time per step grows x{ratio:.2f} per 10x bodies ({sizes[0]} -> {sizes[-1]}; "
-              "linear: 10)")  # fmt: skip
+    sizes = sorted({r.bodies for r in rows if r.kind == "packing"})
+    for kernel, ratio in ratios.items():
+        if ratio is not None:
+            print(f"{kernel}: time per step grows x{ratio:.2f} per 10x bodies ({sizes[0]} -> "
+                  f"{sizes[-1]}; linear: 10)")  # fmt: skip
     if peers:
         print()
         print(format_peers(peers))
@@ -518,8 +563,10 @@ def main(argv: list[str] | None = None) -> int:
             "devices": len(devices),
             "cpu_count": os.cpu_count(),
             "jax": jax.__version__,
-            "growth_per_decade": ratio,
+            "growth_per_decade": ratios[args.kernels[0]],
+            "growth_per_decade_by_kernel": ratios,
             "precision": args.precision,
+            "kernels": args.kernels,
             "rows": [asdict(r) for r in rows],
         }
         with open(args.json, "w") as fh:

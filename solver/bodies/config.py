@@ -189,6 +189,7 @@ class BodiesConfig:
     # steps between energy/momentum totals; None: the case decides (solver.bodies.model)
     diagnostics_every: int | None = None
     precision: str = "float64"  # the body state's float type: "float64" or "float32"
+    kernel: str = "xla"  # one of KERNELS: the XLA step or the native sphere chunk
 
     @classmethod
     def default(cls) -> BodiesConfig:
@@ -469,6 +470,9 @@ def _sweep_value(key: str, name: str, value: Any) -> float | tuple[float, float,
 
 
 PRECISIONS = ("float64", "float32")
+# bodies.kernel: the XLA step (the reference, differentiable) or the C++ chunk of a scene of
+# plain spheres (kernels/native/dem_spheres.cc, solver/bodies/native_step.py; one device)
+KERNELS = ("xla", "native")
 BODY_CAPACITIES = ("capacity", "ghost_capacity", "migration_capacity", "cell_capacity",
                    "max_partners")  # fmt: skip
 
@@ -499,8 +503,14 @@ def parse_bodies(s: Section) -> BodiesConfig:
     if precision != "float64" and (mesh is not None or ensemble.enabled):
         raise ConfigError(s.key("precision"), precision,
                           "float64 with bodies.mesh or an ensemble (not yet)")  # fmt: skip
+    kernel = "xla"
+    if s.data.get("kernel") is not None:
+        kernel = s.choice("kernel", KERNELS, case_sensitive=False)
+    if kernel == "native" and mesh is not None:
+        raise ConfigError(s.key("kernel"), kernel, f"xla with bodies.mesh = {list(mesh)} (the "
+                          "native kernel steps a scene on one device)")  # fmt: skip
     return BodiesConfig(ensemble=ensemble, mesh=mesh, capacities=tuple(capacities),
-                        diagnostics_every=every, precision=precision)  # fmt: skip
+                        diagnostics_every=every, precision=precision, kernel=kernel)  # fmt: skip
 
 
 # case.name -> the parser of the ``case`` section of that rigid-body case

@@ -242,10 +242,16 @@ def _pad(tree, padded: int):
     return jax.tree.map(pad, tree)
 
 
-def make_ensemble_chunk(setup: BodySetup):
+def make_ensemble_chunk(setup: BodySetup, kernel: str = "xla"):
     """chunk(states, params, n) -> (states after n steps, diagnostics (E, n, ...)) over a leading
-    member axis; jitted with n static and the states donated."""
-    chunk = make_body_chunk(setup, batched=True)
+    member axis; jitted with n static and the states donated. ``kernel`` "native": the members
+    in one call of the C++ chunk (bodies.kernel)."""
+    if kernel == "native":
+        from solver.bodies.native_step import make_native_chunk
+
+        chunk = make_native_chunk(setup, batched=True)
+    else:
+        chunk = make_body_chunk(setup, batched=True)
 
     def run(states, params, n: int):
         return jax.vmap(lambda s, p: chunk(s, n, p))(states, params)
@@ -353,7 +359,11 @@ class EnsembleModel:
             self.total,
         )
         self.params = self._put(members.params)
-        self._chunk = make_ensemble_chunk(setup)
+        if config.bodies.kernel == "native":  # before anything is traced: exit 2 with the reason
+            from solver.bodies.native_step import require_native
+
+            require_native(setup, devices=self.devices)
+        self._chunk = make_ensemble_chunk(setup, config.bodies.kernel)
         self._diag = jax.jit(jax.vmap(lambda s, p: diagnostics(setup, s, p)))
         self._omega = jax.jit(jax.vmap(rigid_body.angular_velocity))
         self.series: dict[str, list] = {}
@@ -579,6 +589,7 @@ def _summary(
         "planes": setup.n_planes,
         "contact_model": setup.contact_model,
         "precision": "float64",
+        "kernel": config.bodies.kernel,
         "ensemble": {
             "size": size,
             "devices": devices,

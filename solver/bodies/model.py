@@ -81,9 +81,14 @@ class BodyModel:
             log.info("%s: split over a %s mesh of subdomains", case.name,
                      "x".join(map(str, mesh)))  # fmt: skip
         else:
+            kernel = config.bodies.kernel
+            if kernel == "native":  # before anything is traced: exit 2 with the reason
+                from solver.bodies.native_step import require_native
+
+                require_native(setup)
             # the state's type sets the step's (bodies.precision)
             bodies = case.bodies.astype(config.bodies.precision)
-            self.stepper = SingleStepper(setup, bodies, self.diagnostics_every(config))
+            self.stepper = SingleStepper(setup, bodies, self.diagnostics_every(config), kernel)
         self.layout = HostLayout(runtime, {"mesh": list(mesh) if mesh else None})
         self.identity = {
             "case": case.name,
@@ -278,6 +283,7 @@ class BodyModel:
             "planes": setup.n_planes,
             "contact_model": setup.contact_model,
             "precision": self.config.bodies.precision,
+            "kernel": self.config.bodies.kernel,
             "energy": {
                 "kinetic_first_J": first[2],
                 "potential_first_J": first[3],

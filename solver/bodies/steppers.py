@@ -31,15 +31,25 @@ from solver.errors import ConfigError
 
 
 class SingleStepper:
-    """The whole scene on one device; the checkpoint view is the ``BodyState`` on the host."""
+    """The whole scene on one device; the checkpoint view is the ``BodyState`` on the host.
+    ``kernel``: "xla" (``make_body_chunk``) or "native" (``native_step.make_native_chunk``),
+    which keep the same state."""
 
     spatial = False
 
-    def __init__(self, setup: BodySetup, bodies: Bodies, diagnostics_every: int = 1) -> None:
+    def __init__(
+        self, setup: BodySetup, bodies: Bodies, diagnostics_every: int = 1, kernel: str = "xla"
+    ) -> None:
         self.setup = setup
         # jitted: eagerly, its few hundred small operations compile one by one (~7 s)
         self._state0 = jax.jit(initial_state, static_argnums=0)(setup, bodies)
-        self._chunk = jax.jit(make_body_chunk(setup, diagnostics_every), static_argnums=1)
+        if kernel == "native":  # the same state, n steps in one C++ call (bodies.kernel)
+            from solver.bodies.native_step import make_native_chunk
+
+            chunk = make_native_chunk(setup, diagnostics_every)
+        else:
+            chunk = make_body_chunk(setup, diagnostics_every)
+        self._chunk = jax.jit(chunk, static_argnums=1)
         self.initial = jax.device_get(jax.jit(lambda s: diagnostics(setup, s))(self._state0))
         self.traffic = None
 

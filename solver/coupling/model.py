@@ -28,6 +28,7 @@ from solver.coupling.cases import build_coupled_case
 from solver.coupling.output import TrackLog, plot_track, save_slice_png
 from solver.coupling.step import TRACK_FIELDS, CoupledBodies
 from solver.distributed.runtime import Runtime
+from solver.errors import ConfigError
 from solver.fluid.inplace_step import require_native
 from solver.fluid.model import OUTPUTS_PER_RUN, FluidModel, _replicated
 from solver.fluid.step import FluidState
@@ -82,6 +83,13 @@ class CoupledModel(FluidModel):
         )
         if self.setup.kernel == "native":
             require_native(self.setup, coupled=True)
+        if config.bodies.kernel != "xla":  # the coupling's forces enter the XLA body step
+            raise ConfigError(
+                "bodies.kernel",
+                config.bodies.kernel,
+                "xla for bodies in the fluid (the "
+                "coupled step moves its bodies with the XLA body step)",
+            )
         self._chunk = self.dist.coupled_chunk(self.setup, coupled.coupling)
         self.tracked = min(coupled.coupling.tracked, self.n_bodies)
         self.track: list[np.ndarray] = []  # (k, tracked, 9) per chunk, SI
