@@ -91,6 +91,7 @@ class BodiesBenchRow:
     contacts_per_body: float
     compile_s: float
     kernel: str = "xla"  # bodies.kernel of the chunk timed
+    state_bytes_per_body: float = 0.0  # the chunk's state (bodies, pair table, springs) / bodies
 
 
 def bytes_per_body_step(max_neighbors: int, planes: int, itemsize: int = 8) -> int:
@@ -208,8 +209,13 @@ def _check(setup, state, label: str) -> float:
     return float(jnp.mean(state.contact_count))
 
 
+def state_bytes(state) -> int:
+    """Bytes of every array of a chunk's state (bodies, pair table, springs, counters)."""
+    return sum(int(leaf.nbytes) for leaf in jax.tree.leaves(state))
+
+
 def _row(kind, bodies, members, steps, seconds, bandwidths, contacts, compile_s, planes,
-         itemsize=8, kernel="xla"):  # fmt: skip
+         itemsize=8, kernel="xla", memory=0):  # fmt: skip
     per_step = statistics.median(seconds) / steps
     work = bodies * members
     bandwidth = statistics.median(bandwidths)
@@ -231,6 +237,7 @@ def _row(kind, bodies, members, steps, seconds, bandwidths, contacts, compile_s,
         contacts_per_body=contacts,
         compile_s=compile_s,
         kernel=kernel,
+        state_bytes_per_body=memory / work,
     )
 
 
@@ -279,7 +286,7 @@ def bench_packing(
     state, seconds, bandwidths = _time_chunks(advance, state, repeats, copy_run)
     contacts = _check(setup, state, f"packing of {n}")
     return _row("packing", n, 1, steps, seconds, bandwidths, contacts, compile_s, setup.n_planes,
-                jnp.dtype(dtype).itemsize, kernel)  # fmt: skip
+                jnp.dtype(dtype).itemsize, kernel, state_bytes(state))  # fmt: skip
 
 
 def bench_ensemble(
@@ -326,7 +333,7 @@ def bench_ensemble(
     state, seconds, bandwidths = _time_chunks(advance, state, repeats, copy_run)
     contacts = _check(setup, state, f"ensemble of {members} x {bodies}")
     return _row("ensemble", bodies, members, steps, seconds, bandwidths, contacts, compile_s,
-                setup.n_planes, jnp.dtype(dtype).itemsize, kernel)  # fmt: skip
+                setup.n_planes, jnp.dtype(dtype).itemsize, kernel, state_bytes(state))  # fmt: skip
 
 
 def growth_per_decade(rows: list[BodiesBenchRow]) -> float | None:
@@ -349,7 +356,7 @@ def format_table(rows: list[BodiesBenchRow]) -> str:
     head = (
         f"{'kind':8} {'kernel':6} {'bodies':>7} {'members':>7} {'body-steps/s':>12} {'best':>10} "
         f"{'s/step':>9} {'contacts':>8} {'copy GB/s':>9} {'B/body-step':>11} {'ceiling':>10} "
-        f"{'of ceil':>7}"
+        f"{'of ceil':>7} {'B/body':>7}"
     )
     lines = [head, "-" * len(head)]
     for r in rows:
@@ -357,7 +364,8 @@ def format_table(rows: list[BodiesBenchRow]) -> str:
             f"{r.kind:8} {r.kernel:6} {r.bodies:7d} {r.members:7d} {r.body_steps_per_s:12.4g} "
             f"{r.body_steps_per_s_best:10.4g} {r.seconds_per_step:9.3g} "
             f"{r.contacts_per_body:8.2f} {r.bandwidth_gbs:9.1f} {r.bytes_per_body_step:11d} "
-            f"{r.ceiling_body_steps_per_s:10.4g} {100 * r.fraction:6.2f}%"
+            f"{r.ceiling_body_steps_per_s:10.4g} {100 * r.fraction:6.2f}% "
+            f"{r.state_bytes_per_body:7.0f}"
         )
     return "\n".join(lines)
 
