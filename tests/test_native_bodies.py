@@ -285,6 +285,15 @@ def test_a_clump_case_with_the_native_kernel_exits_2(tmp_path):
     assert "bodies.kernel = 'native': allowed xla for clumps" in result.stderr
 
 
+def test_bodies_in_the_fluid_with_the_native_kernel_exit_2(tmp_path):
+    """The coupled step moves its bodies with the XLA body step: refused before any set-up."""
+    result = run_solver(["case=settling_sphere", "fluid=d3q19", "coupling=psm",
+                         "bodies.kernel=native", f"hydra.run.dir={tmp_path}"])  # fmt: skip
+    assert result.returncode == 2, result.stderr
+    assert "bodies.kernel = 'native': allowed xla for bodies in the fluid" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
 @pytest.mark.long
 def test_bench_times_both_kernels_in_one_run(tmp_path):
     """``python -m solver.bench bodies --kernels xla,native``: a row per kernel, same scene."""

@@ -61,6 +61,13 @@ class CoupledModel(FluidModel):
         unbounded: bool = False,
         coupled: CoupledCase | None = None,
     ) -> None:
+        if config.bodies.kernel != "xla":  # before anything is built: exit 2 with the reason
+            raise ConfigError(
+                "bodies.kernel",
+                config.bodies.kernel,
+                "xla for bodies in the fluid (the coupled step moves its bodies with the XLA "
+                "body step)",
+            )
         self.coupled = coupled = build_coupled_case(config) if coupled is None else coupled
         super().__init__(config, runtime, output_dir, unbounded, case=coupled.fluid)
         bodies = coupled.bodies
@@ -83,13 +90,6 @@ class CoupledModel(FluidModel):
         )
         if self.setup.kernel == "native":
             require_native(self.setup, coupled=True)
-        if config.bodies.kernel != "xla":  # the coupling's forces enter the XLA body step
-            raise ConfigError(
-                "bodies.kernel",
-                config.bodies.kernel,
-                "xla for bodies in the fluid (the "
-                "coupled step moves its bodies with the XLA body step)",
-            )
         self._chunk = self.dist.coupled_chunk(self.setup, coupled.coupling)
         self.tracked = min(coupled.coupling.tracked, self.n_bodies)
         self.track: list[np.ndarray] = []  # (k, tracked, 9) per chunk, SI
