@@ -63,6 +63,38 @@ struct Grid {
     y = (y % ny + ny) % ny;
     return (x * ny + y) * nz;
   }
+  // Split along x over several devices (docs/performance.md, "The in-place scheme on several
+  // devices"): the planes x = -1 and x = nx are ghosts held in a separate buffer G of
+  // (2, m, ny, nz), G[0] the directions with c_x = -1 at x = -1 and G[1] those with c_x = +1
+  // at x = nx (m of each: the only slots of a ghost plane an odd sweep reads or writes).
+  // Without G (nullptr) x wraps around (one device, periodic).
+  template <class L, class S>
+  S* at(S* A, S* G, int dir, idx x, idx y) const {
+    if (G != nullptr && (x < 0 || x >= nx)) {
+      y = (y % ny + ny) % ny;
+      const int half = x < 0 ? 0 : 1;
+      const int slot = half == 0 ? ghost_slot<L>(dir, -1) : ghost_slot<L>(dir, 1);
+      return G + ((half * ghost_dirs<L>() + slot) * ny + y) * nz;
+    }
+    return A + dir * n + row(x, y);
+  }
+  // directions with c_x = sign, counted; and the index of dir among them (-1: not one of them)
+  template <class L>
+  static constexpr int ghost_dirs() {
+    int m = 0;
+    for (int k = 0; k < L::Q; ++k) m += L::c[k][0] == 1;
+    return m;
+  }
+  template <class L>
+  static constexpr int ghost_slot(int dir, int sign) {
+    int j = 0;
+    for (int k = 0; k < L::Q; ++k) {
+      if (L::c[k][0] != sign) continue;
+      if (k == dir) return j;
+      ++j;
+    }
+    return -1;
+  }
   // z + dz for |dz| <= 1, periodic: a compare instead of a modulo
   idx stepz(idx z, int dz) const {
     const idx s = z + dz;
@@ -250,15 +282,15 @@ inline V8 root(V8 a) { return V8(_mm256_sqrt_ps(a.v)); }
 
 // Cells z .. z + 7 of a row (not wrapping); rm, rp, here = r0 + z as in sweep.
 template <class L, bool ODD, bool FORCE, bool LES>
-__attribute__((always_inline)) inline void cells8(uint16_t* A, idx n, const idx* rm,
-                                                  const idx* rp, idx here, idx z,
+__attribute__((always_inline)) inline void cells8(uint16_t* A, idx n, uint16_t* const* rm,
+                                                  uint16_t* const* rp, idx here, idx z,
                                                   const float* F, Rates<float> r) {
   constexpr int Q = L::Q;
   const V8 unscale(1.0f / 32768.0f), scale(32768.0f);
   V8 f[Q];
 #pragma GCC unroll 32
   for (int k = 0; k < Q; ++k) {
-    const uint16_t* p = ODD ? A + L::opp[k] * n + rm[k] + z - L::c[k][2] : A + k * n + here;
+    const uint16_t* p = ODD ? rm[k] + z - L::c[k][2] : A + k * n + here;
     const V8 v(_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
     f[k] = v * unscale + V8(float(L::w[k]));
   }
@@ -269,7 +301,7 @@ __attribute__((always_inline)) inline void cells8(uint16_t* A, idx n, const idx*
 #pragma GCC unroll 32
   for (int k = 0; k < Q; ++k) {
     const V8 v = (f[k] - V8(float(L::w[k]))) * scale;
-    uint16_t* p = ODD ? A + k * n + rp[k] + z + L::c[k][2] : A + L::opp[k] * n + here;
+    uint16_t* p = ODD ? rp[k] + z + L::c[k][2] : A + L::opp[k] * n + here;
     _mm_storeu_si128(reinterpret_cast<__m128i*>(p),
                      _mm256_cvtps_ph(v.v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
   }
@@ -278,17 +310,19 @@ __attribute__((always_inline)) inline void cells8(uint16_t* A, idx n, const idx*
 
 // One sweep (an even or an odd step) over the grid, every node alike.
 template <class L, class S, class T, bool ODD, bool FORCE, bool LES>
-void sweep(S* A, const Grid& g, const T* F, Rates<T> r) {
+void sweep(S* A, const Grid& g, const T* F, Rates<T> r, S* G = nullptr) {
   using C = Codec<S, T>;
   constexpr int Q = L::Q;
   const idx n = g.n, nz = g.nz;
 #pragma omp parallel for collapse(2) schedule(static)
   for (idx x = 0; x < g.nx; ++x) {
     for (idx y = 0; y < g.ny; ++y) {
-      idx rm[Q], rp[Q];  // rows of x - c_k and x + c_k
+      // the odd step's rows: A[opp k] at x - c_k (read) and A[k] at x + c_k (written)
+      S* rm[Q];
+      S* rp[Q];
       for (int k = 0; k < Q; ++k) {
-        rm[k] = g.row(x - L::c[k][0], y - L::c[k][1]);
-        rp[k] = g.row(x + L::c[k][0], y + L::c[k][1]);
+        rm[k] = g.at<L>(A, G, L::opp[k], x - L::c[k][0], y - L::c[k][1]);
+        rp[k] = g.at<L>(A, G, k, x + L::c[k][0], y + L::c[k][1]);
       }
       const idx r0 = g.row(x, y);
       // one cell; WRAP: z at an end of the row (periodic index), else plain offsets that the
@@ -300,8 +334,8 @@ void sweep(S* A, const Grid& g, const T* F, Rates<T> r) {
 #pragma GCC unroll 32
         for (int k = 0; k < Q; ++k) {
           if (ODD) {
-            const idx src = rm[k] + (WRAP ? g.stepz(z, -L::c[k][2]) : z - L::c[k][2]);
-            f[k] = C::load(A[L::opp[k] * n + src], L::w[k]);
+            const idx src = WRAP ? g.stepz(z, -L::c[k][2]) : z - L::c[k][2];
+            f[k] = C::load(rm[k][src], L::w[k]);
           } else {
             f[k] = C::load(A[k * n + here], L::w[k]);
           }
@@ -310,8 +344,8 @@ void sweep(S* A, const Grid& g, const T* F, Rates<T> r) {
 #pragma GCC unroll 32
         for (int k = 0; k < Q; ++k) {
           if (ODD) {
-            const idx dst = rp[k] + (WRAP ? g.stepz(z, L::c[k][2]) : z + L::c[k][2]);
-            A[k * n + dst] = C::store(f[k], L::w[k]);
+            const idx dst = WRAP ? g.stepz(z, L::c[k][2]) : z + L::c[k][2];
+            rp[k][dst] = C::store(f[k], L::w[k]);
           } else {
             A[L::opp[k] * n + here] = C::store(f[k], L::w[k]);
           }
@@ -422,6 +456,204 @@ void run_chunk(S* A, const uint8_t* solid, const int64_t* slots, const T* ladd, 
   if (SOLID) rest_in_solids<L, S, T>(A, solid, g);
 }
 
+// ---- The chunk split over devices along x, one phase per FFI call: the halo exchange runs in
+// JAX between the calls (docs/performance.md, "The in-place scheme on several devices").
+// Ghost planes live in the exchange buffer G (Grid::at). Link slots index A (below q n) or G
+// (q n + the flat index into G); a link whose two slots are equal is padding and skipped.
+
+template <class L>
+constexpr int ghost_dir(int sign, int j) {  // the j-th direction with c_x = sign
+  for (int k = 0; k < L::Q; ++k) {
+    if (L::c[k][0] != sign) continue;
+    if (j-- == 0) return k;
+  }
+  return -1;
+}
+
+template <class L, class S>
+inline S* slot_at(S* A, S* G, idx n, int64_t slot) {
+  return slot < L::Q * n ? A + slot : G + (slot - L::Q * n);
+}
+
+template <class L>
+inline double slot_weight(idx n, idx plane, int64_t slot) {
+  if (slot < L::Q * n) return L::w[slot / n];
+  constexpr int m = Grid::ghost_dirs<L>();
+  const int64_t row = (slot - L::Q * n) / plane;
+  return L::w[ghost_dir<L>(row < m ? -1 : 1, int(row % m))];
+}
+
+template <class L, class S, class T, bool AFTER_ODD>
+void repair_split(S* A, S* G, const int64_t* slots, const T* ladd, idx links, const Grid& g) {
+  using C = Codec<S, T>;
+  const idx plane = g.ny * g.nz;
+#pragma omp parallel for schedule(static)
+  for (idx l = 0; l < links; ++l) {
+    const int64_t solid_slot = slots[2 * l], fluid_slot = slots[2 * l + 1];
+    if (solid_slot == fluid_slot) continue;  // padding (shards hold different link counts)
+    S* from = slot_at<L>(A, G, g.n, AFTER_ODD ? solid_slot : fluid_slot);
+    S* to = slot_at<L>(A, G, g.n, AFTER_ODD ? fluid_slot : solid_slot);
+    if (C::shifted && ladd[l] == T(0)) {
+      *to = *from;
+    } else {
+      const double w = slot_weight<L>(g.n, plane, fluid_slot);
+      *to = C::store(C::load(*from, w) + ladd[l], w);
+    }
+  }
+}
+
+// E = the slots the neighbours' odd sweeps read: E[0] my plane nx-1's directions with c_x = -1
+// (the high neighbour's G[0]), E[1] my plane 0's with c_x = +1 (the low neighbour's G[1])
+template <class L, class S>
+void pack(const S* A, S* E, const Grid& g) {
+  constexpr int m = Grid::ghost_dirs<L>();
+  const idx plane = g.ny * g.nz;
+  for (int j = 0; j < m; ++j) {
+    std::memcpy(E + j * plane, A + ghost_dir<L>(-1, j) * g.n + (g.nx - 1) * plane,
+                plane * sizeof(S));
+    std::memcpy(E + (m + j) * plane, A + ghost_dir<L>(1, j) * g.n, plane * sizeof(S));
+  }
+}
+
+// R = what the neighbours' odd sweeps pushed into their ghosts, that is into my cells: R[0]
+// (the high neighbour's G[0]) into my plane nx-1, R[1] (the low neighbour's G[1]) into plane 0
+template <class L, class S>
+void unpack(S* A, const S* R, const Grid& g) {
+  constexpr int m = Grid::ghost_dirs<L>();
+  const idx plane = g.ny * g.nz;
+  for (int j = 0; j < m; ++j) {
+    std::memcpy(A + ghost_dir<L>(-1, j) * g.n + (g.nx - 1) * plane, R + j * plane,
+                plane * sizeof(S));
+    std::memcpy(A + ghost_dir<L>(1, j) * g.n, R + (m + j) * plane, plane * sizeof(S));
+  }
+}
+
+// The odd chunk's last stream, split: every pair with an end in this block is swapped (both
+// shards swap a pair that crosses, on equal copies), after the links were repaired into the
+// solid slots (so no pair needs skipping: the swap carries the repaired value to the fluid)
+template <class L, class S>
+void swap_pairs_split(S* A, S* G, const Grid& g) {
+  constexpr int Q = L::Q;
+#pragma omp parallel for collapse(2) schedule(static)
+  for (idx x = -1; x <= g.nx; ++x) {
+    for (idx y = 0; y < g.ny; ++y) {
+      const bool here_real = x >= 0 && x < g.nx;
+      for (int k = 1; k < Q; k += 2) {  // each pair once: from its odd-numbered direction
+        const idx sx = x - L::c[k][0];
+        if (!here_real && !(sx >= 0 && sx < g.nx)) continue;
+        if (sx < -1 || sx > g.nx) continue;
+        S* a = g.at<L>(A, G, k, x, y);
+        S* b = g.at<L>(A, G, L::opp[k], sx, y - L::c[k][1]);
+        for (idx z = 0; z < g.nz; ++z) std::swap(a[z], b[g.stepz(z, -L::c[k][2])]);
+      }
+    }
+  }
+}
+
+enum Phase : int64_t { EVEN = 0, ODD = 1, TAIL = 2, FINISH = 3 };
+
+template <class L, class S, class T, bool SOLID, bool FORCE, bool LES>
+void run_phase(int64_t phase, bool unpack_first, S* A, S* G, S* pushes, const uint8_t* solid,
+               const int64_t* own, const T* own_ladd, idx own_links, const int64_t* shared,
+               const T* shared_ladd, idx shared_links, const Grid& g, const T* F, Rates<T> r) {
+  if (phase == EVEN || phase == FINISH) {
+    if (unpack_first) unpack<L, S>(A, G, g);
+    // the wall links read what this shard's odd sweep pushed into its ghosts (pushes), not
+    // the neighbours' pushes just unpacked (G)
+    if (SOLID && unpack_first) {
+      repair_split<L, S, T, true>(A, pushes, own, own_ladd, own_links, g);
+    }
+    if (phase == EVEN) {
+      sweep<L, S, T, false, FORCE, LES>(A, g, F, r);
+      pack<L, S>(A, G, g);
+    }
+  } else {
+    if (SOLID) repair_split<L, S, T, false>(A, G, own, own_ladd, own_links, g);
+    if (phase == ODD) {
+      sweep<L, S, T, true, FORCE, LES>(A, g, F, r, G);
+    } else {
+      if (SOLID) repair_split<L, S, T, false>(A, G, shared, shared_ladd, shared_links, g);
+      swap_pairs_split<L, S>(A, G, g);
+    }
+  }
+  if (SOLID && (phase == TAIL || phase == FINISH)) rest_in_solids<L, S, T>(A, solid, g);
+}
+
+template <class L>
+ffi::Error grid_of(const ffi::AnyBuffer& populations, Grid& g) {
+  auto dims = populations.dimensions();
+  if (dims.size() != static_cast<size_t>(L::D + 1) || dims[0] != L::Q) {
+    return ffi::Error::InvalidArgument("populations must be (q, *shape) of the kernel's lattice");
+  }
+  g.nx = dims[1];
+  g.ny = L::D == 3 ? dims[2] : 1;
+  g.nz = L::D == 3 ? dims[3] : dims[2];
+  g.n = g.nx * g.ny * g.nz;
+  return ffi::Error::Success();
+}
+
+template <class L, class S, class T>
+ffi::Error phase_impl(ffi::AnyBuffer populations, ffi::AnyBuffer exchange, ffi::AnyBuffer solid,
+                      ffi::AnyBuffer own, ffi::AnyBuffer own_ladd, ffi::AnyBuffer shared,
+                      ffi::AnyBuffer shared_ladd, ffi::AnyBuffer force, ffi::AnyBuffer pushed,
+                      ffi::Result<ffi::AnyBuffer> out, ffi::Result<ffi::AnyBuffer> out_exchange,
+                      int64_t phase, int64_t unpack_first, double omega_plus, double omega_minus,
+                      int64_t walls, int64_t forced, double les_scale, double trt_magic) {
+  Grid g{};
+  if (auto e = grid_of<L>(populations, g); e.failure()) return e;
+  constexpr int m = Grid::ghost_dirs<L>();
+  if (populations.size_bytes() != static_cast<size_t>(L::Q * g.n) * sizeof(S) ||
+      exchange.size_bytes() != static_cast<size_t>(2 * m * g.ny * g.nz) * sizeof(S)) {
+    return ffi::Error::InvalidArgument("populations and exchange must be of the storage type, "
+                                       "exchange (2, m, plane)");
+  }
+  if (phase < EVEN || phase > FINISH) return ffi::Error::InvalidArgument("unknown phase");
+  S* A = static_cast<S*>(out->untyped_data());
+  S* G = static_cast<S*>(out_exchange->untyped_data());
+  const S* A_in = static_cast<const S*>(populations.untyped_data());
+  const S* G_in = static_cast<const S*>(exchange.untyped_data());
+  if (A != A_in) std::memcpy(A, A_in, populations.size_bytes());  // not aliased (XLA copied)
+  if (G != G_in) std::memcpy(G, G_in, exchange.size_bytes());
+  const idx own_links = static_cast<idx>(own_ladd.element_count());
+  const idx shared_links = static_cast<idx>(shared_ladd.element_count());
+  if (walls && (solid.element_count() != static_cast<size_t>(g.n) ||
+                own.size_bytes() != static_cast<size_t>(2 * own_links) * sizeof(int64_t) ||
+                shared.size_bytes() != static_cast<size_t>(2 * shared_links) * sizeof(int64_t))) {
+    return ffi::Error::InvalidArgument("solid must be (*shape) bool, links (links, 2) int64");
+  }
+  if (forced && force.element_count() < 3) return ffi::Error::InvalidArgument("force is (3,)");
+  if (pushed.size_bytes() != exchange.size_bytes()) {
+    return ffi::Error::InvalidArgument("pushes must be shaped as exchange");
+  }
+  // read only: the pushes of the previous odd sweep (EVEN, FINISH)
+  S* P = static_cast<S*>(const_cast<void*>(pushed.untyped_data()));
+  const uint8_t* s = static_cast<const uint8_t*>(solid.untyped_data());
+  const int64_t* ow = static_cast<const int64_t*>(own.untyped_data());
+  const int64_t* sh = static_cast<const int64_t*>(shared.untyped_data());
+  const T* owl = static_cast<const T*>(own_ladd.untyped_data());
+  const T* shl = static_cast<const T*>(shared_ladd.untyped_data());
+  const T zero[3] = {0, 0, 0};
+  const T* F = forced ? static_cast<const T*>(force.untyped_data()) : zero;
+  const double tau0 = 1.0 / omega_plus;
+  const Rates<T> r{T(omega_plus), T(omega_minus), T(tau0), T(tau0 * tau0), T(les_scale),
+                   T(trt_magic), T(trt_magic >= 0 ? 1 : 0)};
+  using yes = std::true_type;
+  using no = std::false_type;
+  const auto go = [&](auto solid_c, auto force_c, auto les_c) {
+    run_phase<L, S, T, decltype(solid_c)::value, decltype(force_c)::value,
+              decltype(les_c)::value>(phase, unpack_first != 0, A, G, P, s, ow, owl, own_links, sh,
+                                      shl, shared_links, g, F, r);
+  };
+  const auto with_les = [&](auto solid_c, auto force_c) {
+    les_scale > 0 ? go(solid_c, force_c, yes{}) : go(solid_c, force_c, no{});
+  };
+  const auto with_force = [&](auto solid_c) {
+    forced ? with_les(solid_c, yes{}) : with_les(solid_c, no{});
+  };
+  walls ? with_force(yes{}) : with_force(no{});
+  return ffi::Error::Success();
+}
+
 template <class L, class S, class T>
 ffi::Error chunk_impl(ffi::AnyBuffer populations, ffi::AnyBuffer solid, ffi::AnyBuffer slots,
                       ffi::AnyBuffer ladd, ffi::AnyBuffer forces, ffi::Result<ffi::AnyBuffer> out,
@@ -509,6 +741,28 @@ ffi::Error chunk_impl(ffi::AnyBuffer populations, ffi::AnyBuffer solid, ffi::Any
 // One library per lattice, storage and compute type (LB_LATTICE, LB_STORAGE, LB_TYPE set by
 // the build): each builds in a fraction of the time of all, and a run builds only its own.
 LB_HANDLER(LbInplace, LB_LATTICE, LB_STORAGE, LB_TYPE)
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(LbPhase, (phase_impl<LB_LATTICE, LB_STORAGE, LB_TYPE>),
+                              ffi::Ffi::Bind()
+                                  .Arg<ffi::AnyBuffer>()  // populations (q, *shape)
+                                  .Arg<ffi::AnyBuffer>()  // exchange (2, m, plane)
+                                  .Arg<ffi::AnyBuffer>()  // solid (*shape)
+                                  .Arg<ffi::AnyBuffer>()  // own links (links, 2) int64
+                                  .Arg<ffi::AnyBuffer>()  // their Ladd terms
+                                  .Arg<ffi::AnyBuffer>()  // shared links
+                                  .Arg<ffi::AnyBuffer>()  // their Ladd terms
+                                  .Arg<ffi::AnyBuffer>()  // this step's body force (3,)
+                                  .Arg<ffi::AnyBuffer>()  // the last odd sweep's pushes
+                                  .Ret<ffi::AnyBuffer>()
+                                  .Ret<ffi::AnyBuffer>()
+                                  .Attr<int64_t>("phase")
+                                  .Attr<int64_t>("unpack")
+                                  .Attr<double>("omega_plus")
+                                  .Attr<double>("omega_minus")
+                                  .Attr<int64_t>("walls")
+                                  .Attr<int64_t>("force")
+                                  .Attr<double>("les_scale")
+                                  .Attr<double>("trt_magic"));
 
 // The lattice tables the library was built with, for the check against kernels/lattices.py:
 // writes q rows of (cx, cy, cz, opposite) and the q weights; returns q (0 for an unknown name).

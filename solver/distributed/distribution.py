@@ -28,7 +28,7 @@ from collections.abc import Callable
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax import Array
+from jax import Array, lax
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
@@ -36,7 +36,8 @@ from solver.distributed.decomposition import Decomposition, choose_mesh
 from solver.distributed.halo import MpiHalo, XlaHalo
 from solver.distributed.runtime import Runtime
 from solver.errors import ConfigError
-from solver.fluid.inplace_step import make_inplace_chunk, require_kernel
+from solver.fluid.inplace_split import make_split_chunk
+from solver.fluid.inplace_step import kernel_rates, make_inplace_chunk, require_kernel
 from solver.fluid.padded import exchange_ghosts
 from solver.fluid.pallas_step import make_pallas_chunk
 from solver.fluid.setup import FluidSetup
@@ -123,9 +124,11 @@ class Distribution:
     def chunk(self, setup: FluidSetup) -> Callable[[FluidState, FluidGeometry, int], tuple]:
         """jit-compiled chunk(state, geometry, n) -> (state, forces (n, d)); the state is
         donated and n is static."""
-        if setup.kernel == "native":  # one device (checked by require_kernel)
+        if setup.kernel == "native" and self.backend == "single":
             local = make_inplace_chunk(setup)
-        elif setup.kernel == "pallas":
+        elif setup.kernel == "native":  # slabs along x (checked by require_kernel)
+            local = self._native_split_chunk(setup)
+        elif setup.kernel == "pallas":  # one device (checked by require_kernel)
             local = make_pallas_chunk(setup)
         elif self.backend == "single":
             local = make_chunk(setup)
@@ -135,10 +138,25 @@ class Distribution:
             local = self._sharded_chunk(setup)
         return jax.jit(local, static_argnums=2, donate_argnums=0)
 
-    def _sharded_chunk(self, setup: FluidSetup) -> Callable:
-        local = make_chunk(setup, XlaHalo(self.decomposition))
-        state_spec = FluidState(populations=self._spec(1), time=P())
+    def _native_split_chunk(self, setup: FluidSetup) -> Callable:
+        """The native kernel's chunk on this process's slab (mpi) or on every shard's slab
+        inside ``shard_map`` (xla): solver/fluid/inplace_split.py."""
+        decomposition = self.decomposition
+        rates = kernel_rates(setup)
+        block, shards = decomposition.local_shape, decomposition.shards
+        if self.backend == "mpi":
+            halo = MpiHalo(decomposition, self.runtime.comm)
+            x = halo.coords[0]
+            return make_split_chunk(setup, block, halo, lambda: x, shards, *rates)
+        name = decomposition.axis_names[0]
+        local = make_split_chunk(
+            setup, block, XlaHalo(decomposition), lambda: lax.axis_index(name), shards, *rates
+        )
+        return self._mapped(setup, local)
 
+    def _mapped(self, setup: FluidSetup, local: Callable) -> Callable:
+        """A shard's chunk(state, geometry, n) run on every shard of the mesh (``shard_map``)."""
+        state_spec = FluidState(populations=self._spec(1), time=P())
         geometry_spec = make_geometry(setup, lambda arr, dtype, lead, face: self._spec(lead, face))
 
         def chunk(state: FluidState, geometry: FluidGeometry, n: int):
@@ -151,6 +169,9 @@ class Distribution:
             return mapped(state, geometry)
 
         return chunk
+
+    def _sharded_chunk(self, setup: FluidSetup) -> Callable:
+        return self._mapped(setup, make_chunk(setup, XlaHalo(self.decomposition)))
 
     def coupled_chunk(self, setup: FluidSetup, coupling: StepCoupling) -> Callable:
         """jit-compiled chunk(state, geometry, n, extra) -> (state, forces (n, d), extra,

@@ -16,7 +16,9 @@ model (the closed form of kernels/collision.py); float32 and float64
 kernels/storage.py);
 periodic edges, half-way bounce-back on resting and moving (Ladd) walls; a body force, constant
 or periodic in time (Guo). Anything else is refused by ``unsupported`` with the reason, before
-anything is traced. One device: the in-place scheme's halo exchange is not built. The GPU's
+anything is traced. On several devices the grid is split along x into slabs and the AA
+pattern's ghost planes travel between the kernel's phases (solver/fluid/inplace_split.py). The
+GPU's
 one-buffer kernel (``fluid.kernel=pallas``, solver/fluid/pallas_step.py) covers the same
 physics and is checked by the same ``unsupported`` and ``require_kernel``.
 """
@@ -70,10 +72,15 @@ def unsupported(setup: FluidSetup, kernel: str = "native") -> str | None:
 
 
 def require_kernel(
-    setup: FluidSetup, kernel: str | None = None, shards: int = 1, coupled: bool = False
+    setup: FluidSetup,
+    kernel: str | None = None,
+    shards: int = 1,
+    coupled: bool = False,
+    mesh: tuple[int, ...] | None = None,
 ) -> None:
     """Raise a ConfigError on fluid.kernel when the one-buffer ``kernel`` (default: the
-    setup's) cannot run this set-up on ``shards`` devices, with bodies when ``coupled``."""
+    setup's) cannot run this set-up on ``shards`` devices split as ``mesh`` (shards per axis;
+    the native kernel splits x only), with bodies when ``coupled``."""
     kernel = setup.kernel if kernel is None else kernel
     reason = unsupported(setup, kernel)
     backend = jax.default_backend()
@@ -81,8 +88,14 @@ def require_kernel(
         reason = f"the {backend} back end (the native kernel is a CPU kernel)"
     if reason is None and kernel == "pallas" and backend not in ("cpu", "gpu"):
         reason = f"the {backend} back end (the Pallas kernel is a Triton kernel for GPUs)"
-    if reason is None and shards > 1:
-        reason = f"a mesh of {shards} devices (the in-place scheme runs on one device)"
+    if reason is None and shards > 1 and kernel == "pallas":
+        reason = f"a mesh of {shards} devices (the Pallas kernel runs on one device)"
+    if reason is None and shards > 1 and (mesh is None or any(m > 1 for m in mesh[1:])):
+        shown = "x".join(str(m) for m in mesh) if mesh else str(shards)
+        reason = (
+            f"a mesh of {shards} devices split as {shown} (the native kernel splits the x axis "
+            "only: domain.mesh=slab)"
+        )
     if reason is None and coupled:
         reason = "bodies in the fluid (the coupling is an XLA-step collision)"
     if reason is not None:
@@ -122,6 +135,17 @@ def solid_links(setup: FluidSetup) -> tuple[np.ndarray, np.ndarray]:
     return np.concatenate(slots).astype(np.int64), np.concatenate(ladd)
 
 
+def kernel_rates(setup: FluidSetup) -> tuple[float, float]:
+    """(omega_minus, les_scale) as the kernel takes them: TRT's odd rate (BGK: omega), and the
+    Smagorinsky scale 18 sqrt(2) C_s^2 of kernels/collision.py (0: no subgrid model; TRT keeps
+    Lambda under it)."""
+    omega_minus = setup.omega
+    if setup.collision == "trt":
+        omega_minus = trt_omega_minus(setup.omega, setup.trt_magic)
+    les_scale = 18.0 * math.sqrt(2.0) * setup.les_cs**2 if setup.les == "smagorinsky" else 0.0
+    return omega_minus, les_scale
+
+
 def make_inplace_chunk(
     setup: FluidSetup,
 ) -> Callable[[FluidState, FluidGeometry, int], tuple[FluidState, Array]]:
@@ -142,12 +166,7 @@ def make_inplace_chunk(
     # the int64 slots travel as their uint32 words (JAX holds no int64 without x64 mode); the
     # kernel reads the same bytes as int64
     slot_words = np.ascontiguousarray(slots).view(np.uint32)
-    omega_minus = setup.omega
-    if setup.collision == "trt":
-        omega_minus = trt_omega_minus(setup.omega, setup.trt_magic)
-    # Smagorinsky: the scale 18 sqrt(2) C_s^2 of kernels/collision.py (0: no subgrid model);
-    # TRT keeps Lambda under it (trt_magic < 0 tells the kernel BGK)
-    les_scale = 18.0 * math.sqrt(2.0) * setup.les_cs**2 if setup.les == "smagorinsky" else 0.0
+    omega_minus, les_scale = kernel_rates(setup)  # trt_magic < 0 below tells the kernel BGK
     # the kernel's grid is 3D: a 2D force (F_x, F_y) acts along its axes (x, z)
     axes = [0, 1, 2] if lat.d == 3 else [0, 2]
 

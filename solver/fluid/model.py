@@ -186,7 +186,8 @@ class FluidModel:
             runtime.process_count,
         )
         if setup.kernel != "xla":  # before anything is traced: exit 2 with the reason
-            require_kernel(setup, shards=dist.decomposition.shards)
+            decomposition = dist.decomposition
+            require_kernel(setup, shards=decomposition.shards, mesh=decomposition.mesh)
         self.geometry = dist.geometry(setup)
         self._chunk = dist.chunk(setup)
         self._exchange = None  # the telemetry's halo probe, built at its first use

@@ -79,11 +79,14 @@ def _library(lattice: str, storage: str) -> ctypes.CDLL:
     return load(build(lattice, storage))
 
 
-def target_name(lattice: Lattice, storage: np.dtype | str) -> str:
-    """Register the handler for ``lattice`` and the ``storage`` dtype once; its name."""
+def target_name(lattice: Lattice, storage: np.dtype | str, phases: bool = False) -> str:
+    """Register the handler for ``lattice`` and the ``storage`` dtype once; its name. With
+    ``phases``, the handler of one phase of the chunk split over devices (LbPhase,
+    solver/fluid/inplace_split.py) instead of the whole one-device chunk (LbInplace)."""
     storage = np.dtype(storage).name
-    name = f"solver_lb_inplace_{lattice.name}_{storage}"
-    return register_target(name, build(lattice.name, storage), "LbInplace")
+    symbol = "LbPhase" if phases else "LbInplace"
+    name = f"solver_lb_{'phase' if phases else 'inplace'}_{lattice.name}_{storage}"
+    return register_target(name, build(lattice.name, storage), symbol)
 
 
 def built_tables(

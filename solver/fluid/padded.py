@@ -48,13 +48,13 @@ def pad_with_halo(field: Array, lead: int = 0, halo: Halo = SINGLE) -> Array:
     for route, items in routes.items():
         blocks = [block for _, block in items]
         if any(route):
-            blocks = _shift_blocks(halo, blocks, route)
+            blocks = shift_blocks(halo, blocks, route)
         for (ghost_start, _), block in zip(items, blocks, strict=True):
             padded = lax.dynamic_update_slice(padded, block, [0] * lead + ghost_start)
     return padded
 
 
-def _shift_blocks(halo: Halo, blocks: Sequence[Array], route: Sequence[int]) -> list[Array]:
+def shift_blocks(halo: Halo, blocks: Sequence[Array], route: Sequence[int]) -> list[Array]:
     """``shift_together`` of blocks; 16-bit floats travel as their uint16 bit patterns (MPI has
     no float16 or bfloat16 type; bitwise the same values arrive)."""
     dtype = np.dtype(blocks[0].dtype)
@@ -123,7 +123,7 @@ def write_padded(
     for route, items in _ghost_routes(interiors, offsets, halo).items():
         blocks = [block for _, _, block in items]
         if any(route):
-            blocks = _shift_blocks(halo, blocks, route)
+            blocks = shift_blocks(halo, blocks, route)
         for (i, ghost_start, _), block in zip(items, blocks, strict=True):
             out[i] = lax.dynamic_update_slice(out[i], block, ghost_start)
     return tuple(out)
@@ -153,5 +153,5 @@ def exchange_ghosts(
     received = []
     for route, items in _ghost_routes(interiors, offsets, halo).items():
         if any(route):
-            received += _shift_blocks(halo, [block for _, _, block in items], route)
+            received += shift_blocks(halo, [block for _, _, block in items], route)
     return received

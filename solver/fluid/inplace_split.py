@@ -1,0 +1,245 @@
+"""The native in-place kernel on several devices: the AA pattern's halo, split along x.
+
+On one device the kernel wraps its odd sweep around the block's edges (periodic). Split over a
+mesh of slabs along x, each shard sweeps only its own cells, and the two planes beyond its x
+faces are ghosts held in a small exchange buffer G of (2, m, ny*nz) (m: the directions with
+c_x = +1): G[0] the slots with c_x = -1 at x = -1, G[1] those with c_x = +1 at x = nx, the only
+slots of a ghost plane that an odd sweep reads or writes. A pair of steps is four FFI calls
+on the state's one buffer, with two messages per neighbour and pair (one per step, as the
+pure-JAX step sends):
+
+    EVEN   unpack the neighbours' pushes R (after the first pair), finish the previous pair's
+           wall links, even sweep, pack E = the slots the neighbours' odd sweeps read
+    E:     G[0] <- the low neighbour's E[0], G[1] <- the high neighbour's E[1]
+    ODD    even-side wall links (a solid may sit in a ghost plane), odd sweep reading and
+           pushing into G
+    O:     R[0] <- the high neighbour's G[0], R[1] <- the low neighbour's G[1]
+
+and the chunk ends with FINISH (unpack, wall links, solids at rest) or, for an odd length,
+EVEN, E and TAIL (the last stream as swaps of pairs, every pair with an end in the block, so
+both shards swap a crossing pair on equal copies; no message back). The derivation and the
+ordering argument are in docs/performance.md ("The in-place scheme on several devices").
+Every sweep does the one-device kernel's arithmetic on the same values, so the split chunk
+equals the one-device chunk bitwise (tests/test_native_split.py).
+
+The wall links of a shard (a solid node s = x - c_k next to a fluid node x) come from the
+global geometry on the host: "own" links have x in the block (s anywhere, a ghost included),
+"shared" ones have s in the block and x in a ghost plane (needed by the odd tail only). Each
+slot is a flat index into the state's (q, *block) buffer, or q n + an index into G.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import Array
+
+from solver.distributed.halo import Halo
+from solver.fluid.collide import body_force_at
+from solver.fluid.native import target_name
+from solver.fluid.padded import shift_blocks
+from solver.fluid.setup import FluidSetup
+from solver.fluid.step import FluidGeometry, FluidState
+
+EVEN, ODD, TAIL, FINISH = 0, 1, 2, 3
+
+
+def ghost_directions(setup: FluidSetup) -> tuple[list[int], list[int]]:
+    """The directions with c_x = -1 and with c_x = +1, in lattice order (G[0]'s and G[1]'s)."""
+    cx = setup.lattice.c[:, 0]
+    return [k for k in range(setup.lattice.q) if cx[k] == -1], [
+        k for k in range(setup.lattice.q) if cx[k] == 1
+    ]
+
+
+def link_tables(
+    setup: FluidSetup, block: Sequence[int], start: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The wall links of the shard whose block (cells per axis) starts at global x ``start``.
+
+    Returns:
+        own: (links, 2) int64 (solid slot, fluid slot), x in the block.
+        own_ladd: (links,) Ladd's term 6 w_k c_k . u_w(s), lattice units.
+        shared: (links, 2) int64, s in the block and x in a ghost plane.
+        shared_ladd: (links,).
+    """
+    lat, shape = setup.lattice, setup.shape
+    d, q = lat.d, lat.q
+    nx = int(block[0])
+    n = math.prod(block)
+    plane = n // nx
+    minus, plus = ghost_directions(setup)
+    m = len(plus)
+    solid = np.asarray(setup.solid, bool)
+    wall = None if setup.wall_velocity is None else np.asarray(setup.wall_velocity)
+    # global x of the block's planes, with one ghost plane either side (periodic)
+    xs = (start + np.arange(-1, nx + 1)) % shape[0]
+    local = solid[xs]  # (nx + 2, *rest): the block and its ghosts
+    rest = local.shape[1:]
+
+    def slot(k: int, lx: np.ndarray, rest_index: np.ndarray) -> np.ndarray:
+        """Slots of direction k at local x (-1..nx) and flat rest index."""
+        inside = (lx >= 0) & (lx < nx)
+        out = k * n + lx * plane + rest_index
+        if k in minus:
+            ghost = q * n + minus.index(k) * plane + rest_index
+            out = np.where(lx < 0, ghost, out)
+        if k in plus:
+            ghost = q * n + (m + plus.index(k)) * plane + rest_index
+            out = np.where(lx >= nx, ghost, out)
+        assert np.all(inside | ((lx < 0) & (k in minus)) | ((lx >= nx) & (k in plus)))
+        return out.astype(np.int64)
+
+    def ladd(k: int, sx: np.ndarray, s_rest: np.ndarray) -> np.ndarray:
+        if wall is None:
+            return np.zeros(len(sx))
+        u = wall[(slice(None), xs[sx + 1], *np.unravel_index(s_rest, rest))]  # (d, links)
+        return 6.0 * float(lat.w[k]) * (lat.c[k].astype(float) @ u)
+
+    tables: dict[str, list] = {"own": [], "own_ladd": [], "shared": [], "shared_ladd": []}
+    grid = np.indices((nx + 2, *rest)).reshape(d, -1)
+    grid[0] -= 1  # local x: -1 .. nx
+    cell_solid = local.ravel()
+    cell_rest = np.ravel_multi_index(tuple(grid[1:]), rest) if d > 1 else np.zeros(0)
+    real = (grid[0] >= 0) & (grid[0] < nx)
+    for k in range(1, q):
+        c = lat.c[k].astype(int)
+        # the neighbour s = x - c_k of every cell x, in local coordinates (rest periodic)
+        sx = grid[0] - c[0]
+        s_rest_coords = [(grid[a] - c[a]) % rest[a - 1] for a in range(1, d)]
+        s_rest = np.ravel_multi_index(tuple(s_rest_coords), rest)
+        valid = (sx >= -1) & (sx <= nx)
+        s_solid = np.zeros_like(cell_solid)
+        s_solid[valid] = local[(sx[valid] + 1, *[r[valid] for r in s_rest_coords])]
+        link = valid & ~cell_solid & s_solid
+        opp = int(lat.opposite[k])
+        for name, chosen in (
+            ("own", link & real),
+            ("shared", link & ~real & (sx >= 0) & (sx < nx)),
+        ):
+            solid_slots = slot(opp, sx[chosen], s_rest[chosen])
+            fluid_slots = slot(k, grid[0][chosen], cell_rest[chosen])
+            tables[name].append(np.stack([solid_slots, fluid_slots], axis=1))
+            tables[name + "_ladd"].append(ladd(k, sx[chosen], s_rest[chosen]))
+    return (
+        np.concatenate(tables["own"]).astype(np.int64),
+        np.concatenate(tables["own_ladd"]),
+        np.concatenate(tables["shared"]).astype(np.int64),
+        np.concatenate(tables["shared_ladd"]),
+    )
+
+
+def _stacked(tables: list[np.ndarray], width: tuple[int, ...]) -> np.ndarray:
+    """Per-shard tables padded with zeros to one length and stacked: (shards, longest, *width)
+    (a zero link (0, 0) is padding: its two slots are equal)."""
+    longest = max(1, *(len(t) for t in tables))
+    out = np.zeros((len(tables), longest, *width), tables[0].dtype)
+    for i, t in enumerate(tables):
+        out[i, : len(t)] = t
+    return out
+
+
+def make_split_chunk(
+    setup: FluidSetup,
+    block: Sequence[int],
+    halo: Halo,
+    shard: Callable[[], Array | int],
+    shards: int,
+    omega_minus: float,
+    les_scale: float,
+) -> Callable[[FluidState, FluidGeometry, int], tuple[FluidState, Array]]:
+    """chunk(state, geometry, n) on this shard's block (cells per axis; the grid split along x
+    only into ``shards`` slabs), the signature of ``solver.fluid.step.make_chunk``.
+
+    ``shard()`` is this shard's index along x (traced inside ``shard_map``), ``halo`` carries
+    the blocks between the neighbours; the rates are those of ``make_inplace_chunk``.
+    """
+    lat, dtype = setup.lattice, jnp.dtype(setup.dtype)
+    stored = jnp.dtype(setup.storage_dtype)
+    target = target_name(lat, stored, phases=True)
+    block = tuple(int(b) for b in block)
+    nx, plane = block[0], math.prod(block[1:])
+    m = len(ghost_directions(setup)[1])
+    has_solid = setup.solid is not None and bool(np.any(setup.solid))
+    if has_solid:
+        per_shard = [link_tables(setup, block, p * nx) for p in range(shards)]
+        # int64 slots travel as uint32 words (no int64 without x64 mode); the kernel reads int64
+        own = _stacked([t[0] for t in per_shard], (2,)).view(np.uint32)
+        own_ladd = _stacked([t[1] for t in per_shard], ())
+        shared = _stacked([t[2] for t in per_shard], (2,)).view(np.uint32)
+        shared_ladd = _stacked([t[3] for t in per_shard], ())
+    else:
+        own = shared = np.zeros((shards, 1, 4), np.uint32)
+        own_ladd = shared_ladd = np.zeros((shards, 1))
+    axes = [0, 1, 2] if lat.d == 3 else [0, 2]
+    low, high = (1,) + (0,) * (lat.d - 1), (-1,) + (0,) * (lat.d - 1)
+
+    def move(part: Array, offset: tuple[int, ...]) -> Array:
+        route = halo.route(offset)
+        return shift_blocks(halo, [part], route)[0] if any(route) else part
+
+    def chunk(state: FluidState, geometry: FluidGeometry, n: int):
+        t0 = state.time
+        index = shard()
+        links = [jnp.asarray(own)[index], jnp.asarray(own_ladd, dtype)[index],
+                 jnp.asarray(shared)[index], jnp.asarray(shared_ladd, dtype)[index]]  # fmt: skip
+        solid = geometry.solid if has_solid else jnp.zeros((1,), bool)
+        call = jax.ffi.ffi_call(
+            target,
+            (
+                jax.ShapeDtypeStruct(state.populations.shape, stored),
+                jax.ShapeDtypeStruct((2, m, plane), stored),
+            ),
+            input_output_aliases={0: 0, 1: 1},
+        )
+
+        def force(step):
+            if setup.body_force is None:
+                return jnp.zeros(3, dtype)
+            value = jnp.stack(body_force_at(setup, t0 + step)).astype(dtype)
+            return jnp.zeros(3, dtype).at[jnp.array(axes)].set(value)
+
+        def phase(a, g, which: int, step, unpack: bool = True, pushes=None):
+            pushes = g if pushes is None else pushes
+            return call(
+                a, g, solid, *links, force(step), pushes,
+                phase=np.int64(which), unpack=np.int64(unpack),
+                omega_plus=np.float64(setup.omega), omega_minus=np.float64(omega_minus),
+                walls=np.int64(has_solid), force=np.int64(setup.body_force is not None),
+                les_scale=np.float64(les_scale),
+                trt_magic=np.float64(setup.trt_magic if setup.collision == "trt" else -1.0),
+            )  # fmt: skip
+
+        def read_ghosts(e):  # E: G[0] from the low neighbour, G[1] from the high one
+            return jnp.stack([move(e[0], low), move(e[1], high)])
+
+        def return_pushes(g):  # O: R[0] from the high neighbour's G[0], R[1] from the low's
+            return jnp.stack([move(g[0], high), move(g[1], low)])
+
+        # the carry: populations, the neighbours' pushes R and this shard's own (the wall
+        # links of the previous odd sweep read them)
+        def pair(a, r, pushed, step, unpack: bool):
+            a, e = phase(a, r, EVEN, step, unpack, pushed)
+            a, g = phase(a, read_ghosts(e), ODD, step + 1)
+            return a, return_pushes(g), g
+
+        a = state.populations
+        r = pushed = jnp.zeros((2, m, plane), stored)
+        pairs = n // 2
+        if pairs:
+            a, r, pushed = pair(a, r, pushed, 0, unpack=False)
+        if pairs > 1:
+            carry = (a, r, pushed)
+            a, r, pushed = jax.lax.fori_loop(1, pairs, lambda p, c: pair(*c, 2 * p, True), carry)
+        if n % 2:
+            a, e = phase(a, r, EVEN, n - 1, pairs > 0, pushed)
+            a, _ = phase(a, read_ghosts(e), TAIL, n - 1)
+        else:
+            a, _ = phase(a, r, FINISH, n - 1, True, pushed)
+        return FluidState(populations=a, time=t0 + n), jnp.zeros((n, setup.force_width), dtype)
+
+    return chunk
