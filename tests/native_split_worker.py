@@ -32,6 +32,16 @@ CASES = [
 ]
 
 
+def random_state(setup) -> FluidState:
+    """A random flow at equilibrium, solid nodes at rest (no XLA chunk to compile)."""
+    rng = np.random.default_rng(0)
+    rho = 1 + 0.01 * rng.standard_normal(setup.shape)
+    u = 0.02 * rng.standard_normal((setup.lattice.d, *setup.shape))
+    if setup.solid is not None:
+        rho[setup.solid], u[:, setup.solid] = 1.0, 0.0
+    return initial_state(setup, rho, u)
+
+
 def main() -> None:
     for lat, shape, dtype, storage, collision, walls, force, les, shards, steps in CASES:
         setup = _setup(lat, shape, dtype, collision, walls, force)
@@ -39,11 +49,7 @@ def main() -> None:
         if les:
             changes.update(les="smagorinsky", les_cs=0.17)
         setup = type(setup)(**{**setup.__dict__, **changes})
-        rng = np.random.default_rng(0)  # a random flow at equilibrium, solid nodes at rest
-        rho = 1 + 0.01 * rng.standard_normal(shape)
-        u = 0.02 * rng.standard_normal((len(shape), *shape))
-        rho[setup.solid], u[:, setup.solid] = 1.0, 0.0
-        state = initial_state(setup, rho, u)
+        state = random_state(setup)
         geometry = make_geometry(setup)
         whole = jax.jit(make_inplace_chunk(setup), static_argnums=2)
         mesh_shape = (shards,) + (1,) * (len(shape) - 1)

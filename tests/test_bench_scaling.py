@@ -122,3 +122,19 @@ def test_strong_size_that_does_not_divide_is_refused_before_any_worker():
     )
     assert done.returncode == 2
     assert "15 cells along x do not divide into 2 shards" in done.stderr
+
+
+@pytest.mark.long  # plumbing only: the split kernel is checked in tests/test_native_split.py
+def test_native_kernel_rows(tmp_path):
+    out = tmp_path / "scaling.json"
+    args = ["--lattice", "D2Q9", "--local-size", str(LOCAL_SIZE), "--kernel", "native"]
+    args += ["--steps", "3", "--repeats", "1", "--devices", "1,2", "--processes", "0"]
+    args += ["--global-size", "16,8", "--modes", "weak", "--json", str(out)]
+    done = subprocess.run(_command(*args), cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "kernel native" in done.stdout
+    payload = json.loads(out.read_text())
+    assert payload["kernel"] == "native"
+    assert {(r["backend"], r["shards"]) for r in payload["rows"]} == {("single", 1), ("xla", 2)}
+    for row in payload["rows"]:
+        _check_row(row)

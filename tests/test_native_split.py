@@ -22,16 +22,17 @@ import jax
 import numpy as np
 import pytest
 from mpi import mpirun
+from native_split_worker import random_state
 from solver_cli import run_solver
 from test_distributed_app import assert_same_field_files
 from test_distributed_equality import fake_device_env, records
-from test_native_kernel import LONG_SCENARIOS, SCENARIOS, _setup, _state
+from test_native_kernel import LONG_SCENARIOS, PARAMS, SCENARIOS, _setup
 
 from solver.errors import ConfigError
 from solver.fluid.inplace_split import make_split_chunk
 from solver.fluid.inplace_step import kernel_rates, make_inplace_chunk, require_kernel
 from solver.fluid.padded import SINGLE
-from solver.fluid.step import make_chunk, make_geometry
+from solver.fluid.step import make_geometry
 
 ROOT = Path(__file__).resolve().parent.parent
 WORKER = str(Path(__file__).resolve().parent / "native_split_worker.py")
@@ -39,20 +40,19 @@ CAVITY = ["case=cavity", "case.resolution=14", "steps=61", "output.every=61",
           "output.png=false", "fluid.kernel=native"]  # fmt: skip
 
 
-@pytest.mark.parametrize("name", list(SCENARIOS) + list(LONG_SCENARIOS))
+@pytest.mark.parametrize("name", PARAMS)
 def test_split_chunk_on_one_shard_equals_the_whole_chunk(name):
     lattice, shape, collision, walls, force, steps = {**SCENARIOS, **LONG_SCENARIOS}[name]
-    with jax.enable_x64(True):
-        setup = _setup(lattice, shape, "float64", collision, walls, force)
-        state = _state(setup, jax.jit(make_chunk(setup), static_argnums=2), 2)
-        geometry = make_geometry(setup)
-        whole = jax.jit(make_inplace_chunk(setup), static_argnums=2)
-        split = make_split_chunk(setup, shape, SINGLE, lambda: 0, 1, *kernel_rates(setup))
-        split = jax.jit(split, static_argnums=2)
-        for n in (steps, 1, 2):
-            a = np.asarray(whole(state, geometry, n)[0].populations)
-            b = np.asarray(split(state, geometry, n)[0].populations)
-            assert np.array_equal(a, b), f"{name}, {n} steps: max diff {np.abs(a - b).max()}"
+    setup = _setup(lattice, shape, "float64", collision, walls, force)
+    state = random_state(setup)
+    geometry = make_geometry(setup)
+    whole = jax.jit(make_inplace_chunk(setup), static_argnums=2)
+    split = make_split_chunk(setup, shape, SINGLE, lambda: 0, 1, *kernel_rates(setup))
+    split = jax.jit(split, static_argnums=2)
+    for n in (steps, 1, 2):
+        a = np.asarray(whole(state, geometry, n)[0].populations)
+        b = np.asarray(split(state, geometry, n)[0].populations)
+        assert np.array_equal(a, b), f"{name}, {n} steps: max diff {np.abs(a - b).max()}"
 
 
 def test_split_chunk_on_fake_devices_equals_one_device():

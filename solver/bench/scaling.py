@@ -254,6 +254,8 @@ def _worker_args(args: argparse.Namespace, halo: str) -> list[str]:
         str(args.steps),
         "--repeats",
         str(args.repeats),
+        "--kernel",
+        args.kernel,
     ]
 
 
@@ -328,8 +330,9 @@ def run_parent(args: argparse.Namespace) -> int:
     launches = plan(args, notes)
     load_before = os.getloadavg()
     print(
-        f"scaling of {lat.name} {PRECISION}: weak {args.local_size}^{lat.d} cells per shard "
-        f"(grid grows along x), strong {'x'.join(map(str, args.global_size))}; "
+        f"scaling of {lat.name} {PRECISION}, kernel {args.kernel}: weak "
+        f"{args.local_size}^{lat.d} cells per shard (grid grows along x), strong "
+        f"{'x'.join(map(str, args.global_size))}; "
         f"{args.steps} steps per chunk, median of {args.repeats}; {os.cpu_count()} cores, "
         f"jax {jax.__version__}; load average {load_before[0]:.2f}",
         flush=True,
@@ -389,6 +392,7 @@ def run_parent(args: argparse.Namespace) -> int:
         payload = {
             "lattice": lat.name,
             "precision": PRECISION,
+            "kernel": args.kernel,
             "steps": args.steps,
             "repeats": args.repeats,
             "cpu_count": os.cpu_count(),
@@ -450,6 +454,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--modes", type=_choices(MODES), default=list(MODES))
     parser.add_argument("--halos", type=_choices(HALOS), default=list(HALOS), help="MPI runs")
     parser.add_argument("--steps", type=int, default=40, help="steps per timed chunk")
+    parser.add_argument(
+        "--kernel",
+        choices=("xla", "native"),
+        default="xla",
+        help="the fluid step: the pure-JAX one, or the native in-place kernel (slabs along x)",
+    )
     parser.add_argument("--repeats", type=int, default=5, help="timed chunks per point (median)")
     parser.add_argument("--json", metavar="PATH", default=None, help="also write results here")
     parser.add_argument("--no-bind", action="store_true", help="do not pin MPI processes to cores")

@@ -20,15 +20,18 @@ from solver.bench.fluid import build_setup, initial_fields, measure_copy
 from solver.distributed.decomposition import Decomposition, choose_mesh
 from solver.distributed.distribution import Distribution
 from solver.distributed.runtime import Runtime, start
+from solver.fluid.inplace_step import make_inplace_chunk
 from solver.fluid.setup import FluidSetup
 from solver.fluid.step import FluidState, initial_state, make_chunk, make_geometry
 
 PRECISION = "float32"  # the scaling benchmark's storage and arithmetic
 
 
-def _box(lattice: str, shape: Sequence[int]) -> FluidSetup:
-    """The benchmark's periodic box (``solver.bench``'s flow) with ``shape`` cells."""
-    return replace(build_setup(lattice, PRECISION, "periodic", 2), shape=tuple(shape))
+def _box(lattice: str, shape: Sequence[int], kernel: str = "xla") -> FluidSetup:
+    """The benchmark's periodic box (``solver.bench``'s flow) with ``shape`` cells, advanced
+    by ``kernel`` ("xla" or "native")."""
+    setup = build_setup(lattice, PRECISION, "periodic", 2)
+    return replace(setup, shape=tuple(shape), kernel=kernel)
 
 
 def _barrier(runtime: Runtime) -> None:
@@ -74,13 +77,14 @@ def time_point(
     steps: int,
     repeats: int,
     copy_run: Callable[[], float],
+    kernel: str = "xla",
 ) -> dict:
     """Time the distributed chunk and its communication-free counterpart on this process.
 
     Returns this process's record: per-repeat seconds of the distributed chunk
     (``seconds``), of the local blocks (``seconds_local``) and copy bandwidths (bytes/s).
     """
-    setup = _box(lattice, decomposition.shape)
+    setup = _box(lattice, decomposition.shape, kernel)
     dist = Distribution(runtime, decomposition)
     density, velocity = initial_fields(setup)
     state = _with_placed_time(
@@ -97,8 +101,9 @@ def time_point(
     runs = {"distributed": run_distributed}
     if dist.backend != "single":  # with one shard the distributed chunk is the local one
         # the same step on this shard's block alone: periodic wrap instead of neighbours
-        local_setup = _box(lattice, decomposition.local_shape)
-        local_chunk = jax.jit(make_chunk(local_setup), static_argnums=2, donate_argnums=0)
+        local_setup = _box(lattice, decomposition.local_shape, kernel)
+        step = make_inplace_chunk if kernel == "native" else make_chunk
+        local_chunk = jax.jit(step(local_setup), static_argnums=2, donate_argnums=0)
         local_geometry = make_geometry(local_setup)
         # one block per process; fake devices: all N blocks, run in turn on the same cores
         blocks = decomposition.shards if runtime.process_count == 1 else 1
@@ -164,7 +169,7 @@ def run_worker(args: argparse.Namespace) -> int:
         mesh = (shards,) + (1,) * (d - 1)
         decomposition = choose_mesh(mesh, shape, shards, key=f"{mode} scaling mesh")
         record = time_point(
-            runtime, decomposition, args.lattice, args.steps, args.repeats, copy_run
+            runtime, decomposition, args.lattice, args.steps, args.repeats, copy_run, args.kernel
         )
         record.update(mode=mode, halo=args.halo)
         print("RESULT " + json.dumps(record), flush=True)
