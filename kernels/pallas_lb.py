@@ -103,10 +103,26 @@ class SweepSpec:
     block: int = 256
     num_warps: int = 4
     interpret: bool = False
+    split: bool = False
 
     @property
     def cells(self) -> int:
         return int(np.prod(self.shape))
+
+    @property
+    def plane(self) -> int:
+        """Cells of one x plane (the split's ghost planes)."""
+        return int(np.prod(self.shape[1:]))
+
+    def ghost_row(self, direction: int) -> int:
+        """Row of G (2 m, plane) holding ``direction``'s slot of a ghost plane: G[0:m] the
+        directions with c_x = -1 at x = -1, G[m:2m] those with c_x = +1 at x = nx."""
+        cx = [int(c) for c in self.lattice.c[:, 0]]
+        minus = [k for k in range(self.lattice.q) if cx[k] == -1]
+        plus = [k for k in range(self.lattice.q) if cx[k] == 1]
+        if cx[direction] == -1:
+            return minus.index(direction)
+        return len(minus) + plus.index(direction)
 
     def check(self) -> None:
         """Raise ValueError for parameters the sweeps cannot run."""
@@ -125,8 +141,20 @@ def _cells(spec: SweepSpec) -> tuple[Array, Array]:
     return jnp.minimum(cell, spec.cells - 1), cell < spec.cells
 
 
+def _ghosts(spec: SweepSpec, cell: Array) -> list[Array | None]:
+    """Split along x: per direction i, whether x + c_i lies in a ghost plane (block,) bool;
+    None where it never does (c_x = 0, or no split)."""
+    if not spec.split:
+        return [None] * spec.lattice.q
+    x = cell // spec.plane
+    nx = spec.shape[0]
+    return [None if c[0] == 0 else (x == nx - 1 if c[0] == 1 else x == 0) for c in spec.lattice.c]
+
+
 def _neighbours(spec: SweepSpec, cell: Array) -> list[Array]:
-    """Per direction i, the flat index of x + c_i (block,), periodic on every axis."""
+    """Per direction i, the flat index of x + c_i (block,), periodic on every axis (split: a
+    ghost neighbour's index is its periodic image's, whose remainder by the plane is the ghost
+    cell's column in G)."""
     strides = [int(np.prod(spec.shape[a + 1 :])) for a in range(len(spec.shape))]
     # per axis, the flat offset of one step back (-1) and forward (+1), wrapped by a select
     step: list[dict[int, Array | int]] = []
@@ -202,77 +230,176 @@ def _store(spec: SweepSpec, ref, row, column: Array, value: Array, mask: Array) 
     plgpu.store(ref.at[row, column], value, mask=mask)
 
 
-def _ladd(spec: SweepSpec, wall_ref, j: int, solid_node: Array, wall: Array, mask: Array):
+def _ladd(
+    spec: SweepSpec, wall_ref, j: int, solid_node: Array, wall: Array, mask: Array,
+    in_ghost=None, wall_ghost_ref=None,
+):  # fmt: skip
     """Ladd's term (block,) for the population j leaving the wall nodes ``solid_node`` (flat
-    indices; loaded where ``wall & mask``): 2 w_j (c_j . u_w) / c_s^2."""
+    indices; loaded where ``wall & mask``; from the ghost planes' wall velocity on lanes
+    ``in_ghost``): 2 w_j (c_j . u_w) / c_s^2."""
     lat = spec.lattice
     load = wall & mask
-    u = [plgpu.load(wall_ref.at[a, solid_node], mask=load, other=0) for a in range(lat.d)]
+    if in_ghost is None:
+        u = [plgpu.load(wall_ref.at[a, solid_node], mask=load, other=0) for a in range(lat.d)]
+    else:
+        side = 0 if lat.c[int(lat.opposite[j])][0] == -1 else 1  # the wall is at x + c_opp(j)
+        column = solid_node % spec.plane
+        u = [
+            jnp.where(
+                in_ghost,
+                plgpu.load(wall_ghost_ref.at[side, a, column], mask=load & in_ghost, other=0),
+                plgpu.load(wall_ref.at[a, solid_node], mask=load & ~in_ghost, other=0),
+            )
+            for a in range(lat.d)
+        ]
     return (2.0 * float(lat.w[j]) / CS2) * project(lat, j, u)
 
 
-def _sweep_body(spec: SweepSpec, odd: bool, force, solid_ref, wall_ref, ref) -> None:
+def _sweep_body(spec: SweepSpec, odd: bool, force, solid_ref, wall_ref, ref, ghost=None) -> None:
     """One even or odd sweep of this program's cells, the module docstring's rules; ``ref`` is
-    the (q, n) buffer, read and written in place."""
+    the (q, n) buffer, read and written in place. Split along x, ``ghost`` holds the refs
+    (G (2 m, plane), read and written by the odd sweep; the ghost planes' solid mask (2, plane)
+    and wall velocity (2, d, plane) when there are walls; R (2 m, plane), the neighbours'
+    pushes into this block's boundary planes, read by the even sweep instead of A where the
+    pushing node is fluid: a solid one pushed nothing, and the bounce-back is in A)."""
     lat = spec.lattice
     q, opposite = lat.q, [int(j) for j in lat.opposite]
     cell, active = _cells(spec)
-    neighbours = _neighbours(spec, cell) if odd or spec.moving else None
+    g_ref, solid_ghost_ref, wall_ghost_ref, r_ref = ghost if ghost is not None else (None,) * 4
+    receiving = not odd and r_ref is not None
+    neighbours = _neighbours(spec, cell) if odd or spec.moving or receiving else None
+    beyond = _ghosts(spec, cell)  # beyond[i]: x + c_i is in a ghost plane
     wall: list[Array | None] = [None] * q  # wall[i]: x + c_i is a solid node
     if spec.walls:
         active = active & ~solid_ref[cell]
         if neighbours is not None:
-            wall = [None] + [solid_ref[neighbours[i]] for i in range(1, q)]
+            wall = [None] + [
+                _at_ghost(spec, beyond[i], neighbours[i], solid_ref, solid_ghost_ref, i)
+                for i in range(1, q)
+            ]
 
-    def slot(i: int, target: int, other: int) -> tuple[Array | int, Array]:
+    def slot(i: int, target: int, other: int) -> tuple[Array | int, Array, Array | None]:
         """(row, column) of A[i][x + c_target], or of A[other][x] where x + c_target is
-        solid."""
-        hit = wall[target]
+        solid; and where it is a ghost slot (row i of G at the column's remainder)."""
+        hit, ghost_lane = wall[target], beyond[target]
         if hit is None:
-            return i, neighbours[target]
+            return i, neighbours[target], ghost_lane
         row = jnp.where(hit, jnp.int32(other), jnp.int32(i))
-        return row, jnp.where(hit, cell, neighbours[target])
+        in_ghost = None if ghost_lane is None else ghost_lane & ~hit
+        return row, jnp.where(hit, cell, neighbours[target]), in_ghost
 
     f = []
     for i in range(q):
+        in_ghost = None
         if not odd or i == 0:
             row, column = i, cell
         else:  # f_i from x - c_i = x + c_opp(i); from A[i][x] where that node is solid
-            row, column = slot(opposite[i], opposite[i], i)
-        raw = plgpu.load(ref.at[row, column], mask=active, other=0)
+            row, column, in_ghost = slot(opposite[i], opposite[i], i)
+        raw = _load(spec, ref, g_ref, row, column, in_ghost, opposite[i], active)
+        if receiving and beyond[opposite[i]] is not None:  # x - c_i is in a ghost plane
+            pushed = active & beyond[opposite[i]]
+            if spec.walls:
+                pushed = pushed & ~wall[opposite[i]]
+            sent = plgpu.load(r_ref.at[spec.ghost_row(i), cell % spec.plane], mask=pushed, other=0)
+            raw = jnp.where(pushed, sent, raw)
         f.append(_decode(spec, raw, i))
     post = _collide(spec, f, force)
     for i in range(q):
         j, value = opposite[i], post[i]
         if spec.moving and i != 0:  # f*_i bounces back as f_j(x) from the wall node x + c_i
-            term = _ladd(spec, wall_ref, j, neighbours[i], wall[i], active)
+            term = _ladd(spec, wall_ref, j, neighbours[i], wall[i], active, beyond[i],
+                         wall_ghost_ref)  # fmt: skip
             value = jnp.where(wall[i], value + term, value)
+        in_ghost = None
         if not odd:
             row, column = j, cell
         elif i == 0:
             row, column = 0, cell
         else:
-            row, column = slot(i, i, j)
-        _store(spec, ref, row, column, _encode(spec, value, i), active)
+            row, column, in_ghost = slot(i, i, j)
+        value = _encode(spec, value, i)
+        if in_ghost is None:
+            _store(spec, ref, row, column, value, active)
+        else:  # odd sweep, split: the push of x + c_i in a ghost plane goes to G
+            _store(spec, ref, row, column, value, active & ~in_ghost)
+            _store_ghost(spec, g_ref, spec.ghost_row(i), column, value, active & in_ghost)
 
 
-def _finish_body(spec: SweepSpec, swap: bool, solid_ref, ref) -> None:
+def _at_ghost(spec: SweepSpec, in_ghost, index: Array, ref, ghost_ref, i: int) -> Array:
+    """ref[index] (block,), or for lanes whose neighbour along c_i is in a ghost plane the
+    ghost planes' ghost_ref[side, column] (side 0 at x = -1, 1 at x = nx)."""
+    value = ref[index]
+    if in_ghost is None:
+        return value
+    side = 0 if spec.lattice.c[i][0] == -1 else 1
+    return jnp.where(in_ghost, ghost_ref[side, index % spec.plane], value)
+
+
+def _load(spec: SweepSpec, ref, g_ref, row, column: Array, in_ghost, direction: int, mask):
+    """A[row][column] (block,), or, on lanes ``in_ghost``, G's row for ``direction`` at the
+    column's remainder by the plane (the odd sweep's reads from a ghost plane)."""
+    if in_ghost is None:
+        return plgpu.load(ref.at[row, column], mask=mask, other=0)
+    here = plgpu.load(ref.at[row, column], mask=mask & ~in_ghost, other=0)
+    there = plgpu.load(
+        g_ref.at[spec.ghost_row(direction), column % spec.plane], mask=mask & in_ghost, other=0
+    )
+    return jnp.where(in_ghost, there, here)
+
+
+def _store_ghost(spec: SweepSpec, g_ref, row: int, column: Array, value: Array, mask) -> None:
+    """Masked store into G[row, column % plane] (masked lanes pointed past G, as ``_store``)."""
+    column = jnp.where(mask, column % spec.plane, spec.plane)
+    plgpu.store(g_ref.at[row, column], value, mask=mask)
+
+
+def _finish_body(spec: SweepSpec, swap: bool, solid_ref, ref, ghost=None) -> None:
     """After an even sweep (``swap``), stream in place: swap the pairs (A[k][x],
     A[opp k][x - c_k]) of fluid nodes (each pair once, from the cell x, for k < opp k; a link
-    from a solid node is in place already). Then solid nodes at rest, f_i = w_i."""
+    from a solid node is in place already). Split along x, a pair whose other end is in a ghost
+    plane is completed on this side only: A[k][x] takes G's copy of the other end (the shard
+    holding it completes its own end alike, so no message goes back). Then solid nodes at
+    rest, f_i = w_i."""
     lat = spec.lattice
     cell, inside = _cells(spec)
+    g_ref, solid_ghost_ref, r_ref = (None, None, None) if ghost is None else ghost
     fluid = inside
     if spec.walls:
         solid = solid_ref[cell]
         fluid = inside & ~solid
+    if r_ref is not None:  # split, even length: the neighbours' last pushes into this block
+        neighbours = _neighbours(spec, cell)
+        beyond = _ghosts(spec, cell)
+        for i in range(1, lat.q):
+            j = int(lat.opposite[i])
+            if beyond[j] is None:
+                continue
+            pushed = fluid & beyond[j]
+            if spec.walls:
+                pushed = pushed & ~_at_ghost(
+                    spec, beyond[j], neighbours[j], solid_ref, solid_ghost_ref, j
+                )
+            sent = plgpu.load(r_ref.at[spec.ghost_row(i), cell % spec.plane], mask=pushed, other=0)
+            _store(spec, ref, i, cell, sent, pushed)
     if swap:
         neighbours = _neighbours(spec, cell)
+        beyond = _ghosts(spec, cell)
         for k in range(1, lat.q):
             j = int(lat.opposite[k])
+            other_fluid = fluid
+            if spec.walls:
+                partner = _at_ghost(spec, beyond[j], neighbours[j], solid_ref, solid_ghost_ref, j)
+                other_fluid = fluid & ~partner
+            in_ghost = beyond[j]
+            if in_ghost is not None:  # the partner x - c_k = x + c_j is in a ghost plane
+                copy = other_fluid & in_ghost
+                there = plgpu.load(
+                    g_ref.at[spec.ghost_row(j), neighbours[j] % spec.plane], mask=copy, other=0
+                )
+                _store(spec, ref, k, cell, there, copy)
             if j < k:
                 continue
-            pair = fluid & ~solid_ref[neighbours[j]] if spec.walls else fluid
+            pair = other_fluid if in_ghost is None else other_fluid & ~in_ghost
             here = plgpu.load(ref.at[k, cell], mask=pair, other=0)
             there = plgpu.load(ref.at[j, neighbours[j]], mask=pair, other=0)
             _store(spec, ref, k, cell, there, pair)
@@ -288,23 +415,26 @@ def _is_constant(force: Force) -> bool:
     return force is not None and all(isinstance(c, (int, float)) for c in force)
 
 
-def _call(spec: SweepSpec, body, operands: list[Array], name: str) -> Array:
-    """pallas_call of ``body(*refs)`` over the grid's blocks, the last operand (the (q, n)
-    populations) aliased with the result: updated in place."""
-    populations = operands[-1]
+def _call(spec: SweepSpec, body, operands: list[Array], name: str, aliased: int = 1):
+    """pallas_call of ``body(*refs)`` over the grid's blocks, the last ``aliased`` operands
+    (the (q, n) populations, and G when an odd sweep pushes into it) aliased with the results:
+    updated in place."""
     anywhere = pl.BlockSpec(memory_space=pl.ANY)  # whole arrays: the sweep indexes them itself
-    return pl.pallas_call(
+    outs = operands[len(operands) - aliased :]
+    shapes = [jax.ShapeDtypeStruct(o.shape, o.dtype) for o in outs]
+    out = pl.pallas_call(
         body,
-        out_shape=jax.ShapeDtypeStruct(populations.shape, populations.dtype),
+        out_shape=shapes[0] if aliased == 1 else tuple(shapes),
         grid=(pl.cdiv(spec.cells, spec.block),),
         in_specs=[anywhere] * len(operands),
-        out_specs=anywhere,
-        input_output_aliases={len(operands) - 1: 0},
+        out_specs=anywhere if aliased == 1 else tuple([anywhere] * aliased),
+        input_output_aliases={len(operands) - aliased + k: k for k in range(aliased)},
         interpret=spec.interpret,
         # one stage: no software pipelining of a loop (the sweep has none)
         compiler_params=plgpu.CompilerParams(num_warps=spec.num_warps, num_stages=1),
         name=name,
     )(*operands)
+    return out
 
 
 def sweep(
@@ -314,7 +444,8 @@ def sweep(
     force: Force = None,
     solid: Array | None = None,
     wall_velocity: Array | None = None,
-) -> Array:
+    ghosts: tuple[Array | None, Array | None, Array | None, Array | None] | None = None,
+):
     """One time step in place: the even or the odd sweep of the AA pattern.
 
     Args:
@@ -325,8 +456,12 @@ def sweep(
             (constant: compiled in) or a (d,) array in the compute dtype.
         solid: (n,) bool, when ``spec.walls``.
         wall_velocity: (d, n) lattice velocity of the solid nodes, when ``spec.moving``.
+        ghosts: with ``spec.split``: (G (2 m, plane) in the storage dtype for the odd sweep, the
+            ghost planes' solid mask (2, plane) bool when ``spec.walls``, their wall velocity
+            (2, d, plane) when ``spec.moving``, R (2 m, plane) for the even sweep or None).
     Returns:
-        (q, n): the buffer after the sweep (the same buffer when XLA can alias it).
+        (q, n): the buffer after the sweep (the same buffer when XLA can alias it); split and
+        odd: (populations, G), G holding the pushes into the ghost planes.
     """
     runtime_force = force is not None and not _is_constant(force)
     operands = []
@@ -336,28 +471,69 @@ def sweep(
         operands.append(solid)
     if spec.moving:
         operands.append(wall_velocity)
+    split = spec.split
+    receiving = split and not odd and ghosts[3] is not None
+    if split:
+        g, solid_ghost, wall_ghost, received = ghosts
+        operands += [a for a, use in ((solid_ghost, spec.walls), (wall_ghost, spec.moving)) if use]
+        if receiving:
+            operands.append(received)
+    aliased = 2 if split and odd else 1
+    if split and odd:
+        operands.append(g)
     operands.append(populations)
+    if split and odd:  # G and A are both updated in place: A stays the last operand
+        operands[-2:] = [populations, g]
 
     def body(*refs):
-        named = iter(refs[:-2])  # refs[-2] is the aliased input, the output ref's buffer
+        n_in = len(operands)
+        named = iter(refs[: n_in - aliased])
         force_ref = next(named) if runtime_force else None
         solid_ref = next(named) if spec.walls else None
         wall_ref = next(named) if spec.moving else None
+        ghost = None
+        if split:
+            solid_ghost_ref = next(named) if spec.walls else None
+            wall_ghost_ref = next(named) if spec.moving else None
+            r_ref = next(named) if receiving else None
+            g_ref = refs[-1] if odd else None  # outputs follow the inputs: (A, G)
+            ghost = (g_ref, solid_ghost_ref, wall_ghost_ref, r_ref)
         step_force = force
         if runtime_force:
             step_force = [force_ref[a] for a in range(spec.lattice.d)]
-        _sweep_body(spec, odd, step_force, solid_ref, wall_ref, refs[-1])
+        a_ref = refs[n_in] if split and odd else refs[-1]
+        _sweep_body(spec, odd, step_force, solid_ref, wall_ref, a_ref, ghost)
 
-    return _call(spec, body, operands, "lb_aa_odd" if odd else "lb_aa_even")
+    return _call(spec, body, operands, "lb_aa_odd" if odd else "lb_aa_even", aliased)
 
 
-def finish(spec: SweepSpec, populations: Array, swap: bool, solid: Array | None = None) -> Array:
+def finish(
+    spec: SweepSpec,
+    populations: Array,
+    swap: bool,
+    solid: Array | None = None,
+    ghosts: tuple[Array, Array | None] | None = None,
+) -> Array:
     """End a chunk in place: stream after an even sweep (``swap``; odd-length chunks) and put
     solid nodes at rest. populations: (q, n) in the storage dtype; solid: (n,) bool when
-    ``spec.walls``. Returns the natural layout, the pure-JAX step's state."""
-    operands = [solid, populations] if spec.walls else [populations]
+    ``spec.walls``; ghosts: with ``spec.split``, (G as the neighbours' even sweeps left it
+    (``swap``), else R, the neighbours' last pushes into this block; the ghost planes' solid
+    mask (2, plane) when ``spec.walls``). Returns the natural layout, the pure-JAX step's
+    state."""
+    operands = [solid] if spec.walls else []
+    if spec.split:  # G after an even sweep (swap), else R
+        exchanged, solid_ghost = ghosts
+        operands += [exchanged] + ([solid_ghost] if spec.walls else [])
+    operands.append(populations)
 
     def body(*refs):
-        _finish_body(spec, swap, refs[0] if spec.walls else None, refs[-1])
+        named = iter(refs[:-2])
+        solid_ref = next(named) if spec.walls else None
+        ghost = None
+        if spec.split:
+            exchanged = next(named)
+            solid_ghost_ref = next(named) if spec.walls else None
+            ghost = (exchanged if swap else None, solid_ghost_ref, None if swap else exchanged)
+        _finish_body(spec, swap, solid_ref, refs[-1], ghost)
 
     return _call(spec, body, operands, "lb_aa_finish")

@@ -39,6 +39,7 @@ from solver.errors import ConfigError
 from solver.fluid.inplace_split import make_split_chunk
 from solver.fluid.inplace_step import kernel_rates, make_inplace_chunk, require_kernel
 from solver.fluid.padded import exchange_ghosts
+from solver.fluid.pallas_split import make_pallas_split_chunk
 from solver.fluid.pallas_step import make_pallas_chunk
 from solver.fluid.setup import FluidSetup
 from solver.fluid.step import (
@@ -128,8 +129,10 @@ class Distribution:
             local = make_inplace_chunk(setup)
         elif setup.kernel == "native":  # slabs along x (checked by require_kernel)
             local = self._native_split_chunk(setup)
-        elif setup.kernel == "pallas":  # one device (checked by require_kernel)
+        elif setup.kernel == "pallas" and self.backend == "single":
             local = make_pallas_chunk(setup)
+        elif setup.kernel == "pallas":  # slabs along x (checked by require_kernel)
+            local = self._pallas_split_chunk(setup)
         elif self.backend == "single":
             local = make_chunk(setup)
         elif self.backend == "mpi":
@@ -154,7 +157,17 @@ class Distribution:
         )
         return self._mapped(setup, local)
 
-    def _mapped(self, setup: FluidSetup, local: Callable) -> Callable:
+    def _pallas_split_chunk(self, setup: FluidSetup) -> Callable:
+        """The Pallas kernel's chunk on slabs along x: solver/fluid/pallas_split.py."""
+        block = self.decomposition.local_shape
+        if self.backend == "mpi":
+            halo = MpiHalo(self.decomposition, self.runtime.comm)
+            return make_pallas_split_chunk(setup, block, halo)
+        local = make_pallas_split_chunk(setup, block, XlaHalo(self.decomposition))
+        # Pallas's outputs carry no varying-axes annotation for shard_map's check
+        return self._mapped(setup, local, check_vma=False)
+
+    def _mapped(self, setup: FluidSetup, local: Callable, check_vma: bool = True) -> Callable:
         """A shard's chunk(state, geometry, n) run on every shard of the mesh (``shard_map``)."""
         state_spec = FluidState(populations=self._spec(1), time=P())
         geometry_spec = make_geometry(setup, lambda arr, dtype, lead, face: self._spec(lead, face))
@@ -165,6 +178,7 @@ class Distribution:
                 mesh=self.mesh,
                 in_specs=(state_spec, geometry_spec),
                 out_specs=(state_spec, P()),
+                check_vma=check_vma,
             )
             return mapped(state, geometry)
 

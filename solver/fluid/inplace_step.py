@@ -88,13 +88,11 @@ def require_kernel(
         reason = f"the {backend} back end (the native kernel is a CPU kernel)"
     if reason is None and kernel == "pallas" and backend not in ("cpu", "gpu"):
         reason = f"the {backend} back end (the Pallas kernel is a Triton kernel for GPUs)"
-    if reason is None and shards > 1 and kernel == "pallas":
-        reason = f"a mesh of {shards} devices (the Pallas kernel runs on one device)"
     if reason is None and shards > 1 and (mesh is None or any(m > 1 for m in mesh[1:])):
         shown = "x".join(str(m) for m in mesh) if mesh else str(shards)
         reason = (
-            f"a mesh of {shards} devices split as {shown} (the native kernel splits the x axis "
-            "only: domain.mesh=slab)"
+            f"a mesh of {shards} devices split as {shown} (the one-buffer kernels split the x "
+            "axis only: domain.mesh=slab)"
         )
     if reason is None and coupled:
         reason = "bodies in the fluid (the coupling is an XLA-step collision)"

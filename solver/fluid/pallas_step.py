@@ -15,8 +15,8 @@ What it covers is what the native CPU kernel covers (solver/fluid/inplace_step.p
 ``unsupported`` and ``require_kernel`` check both): D2Q9, D3Q19, D3Q27; BGK and TRT; float32
 and float64 stored as computed, float16 and bfloat16 storage with float32 compute; periodic
 edges, half-way bounce-back on resting and moving (Ladd) walls; a body force, constant or
-periodic in time (Guo). One device. On the CPU back end the sweeps run in Pallas's interpret
-mode: correct but slow, for tests.
+periodic in time (Guo). One device, or slabs along x (solver/fluid/pallas_split.py). On the
+CPU back end the sweeps run in Pallas's interpret mode: correct but slow, for tests.
 """
 
 from __future__ import annotations
@@ -68,6 +68,19 @@ def sweep_spec(setup: FluidSetup, block: int = BLOCK, interpret: bool | None = N
     return spec
 
 
+def force_at_step(setup: FluidSetup, dtype) -> Callable:
+    """force_at(time): the body force at step ``time`` as the sweeps take it: None, constants
+    (compiled in), or a (d,) array in ``dtype``."""
+
+    def force_at(time: Array):
+        force = body_force_at(setup, time)
+        if force is None or all(isinstance(c, float) for c in force):
+            return force
+        return jnp.stack([jnp.asarray(c, dtype) for c in force])
+
+    return force_at
+
+
 def make_pallas_chunk(
     setup: FluidSetup, block: int = BLOCK, interpret: bool | None = None
 ) -> Callable[[FluidState, FluidGeometry, int], tuple[FluidState, Array]]:
@@ -86,13 +99,7 @@ def make_pallas_chunk(
     spec = sweep_spec(setup, block, interpret)
     lat, dtype = setup.lattice, jnp.dtype(setup.dtype)
     cells = spec.cells
-
-    def force_at(time: Array):
-        """The body force at step ``time``: None, constants, or a (d,) array."""
-        force = body_force_at(setup, time)
-        if force is None or all(isinstance(c, float) for c in force):
-            return force
-        return jnp.stack([jnp.asarray(c, dtype) for c in force])
+    force_at = force_at_step(setup, dtype)
 
     def chunk(state: FluidState, geometry: FluidGeometry, n: int):
         t0 = state.time
