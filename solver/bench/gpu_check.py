@@ -17,7 +17,8 @@ on this device (issue 16):
    difference against a bound (float32 round-off; for 16-bit storage a number of its roundings);
 4. determinism: the same chunk twice per kernel, bitwise, and a scatter-add of contact-like
    forces twice (XLA:GPU's atomics reorder sums unless ``--xla_gpu_deterministic_ops`` is set);
-5. with two or more GPUs: the scaling benchmark (halo exchange time, weak scaling 1 -> N).
+5. with two or more GPUs: the scaling benchmark (halo exchange time, weak scaling 1 -> N), for
+   the XLA step and for the Pallas kernel on slabs along x.
 
 Exit status 0 when every check ran (goals missed are reported, not failures), 1 when the CPU
 agreement or determinism fails, 2 without a GPU (``--allow-cpu`` runs it on the CPU at a small
@@ -320,9 +321,13 @@ def scaling(edge: int) -> int:
     from solver.bench import scaling as scaling_bench
 
     count = len(jax.devices())
-    return scaling_bench.main(
-        ["--processes", f"1,{count}", "--local-size", str(edge), "--steps", "20", "--repeats", "3"]
-    )
+    status = 0
+    for kernel in ("xla", "pallas"):  # the pure-JAX step's halo, then the one-buffer kernel's
+        status |= scaling_bench.main(
+            ["--processes", f"1,{count}", "--devices", "0", "--local-size", str(edge),
+             "--steps", "20", "--repeats", "3", "--kernel", kernel]
+        )  # fmt: skip
+    return status
 
 
 def _names(text: str, allowed: tuple[str, ...], option: str) -> tuple[str, ...]:

@@ -456,9 +456,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--steps", type=int, default=40, help="steps per timed chunk")
     parser.add_argument(
         "--kernel",
-        choices=("xla", "native"),
+        choices=("xla", "native", "pallas"),
         default="xla",
-        help="the fluid step: the pure-JAX one, or the native in-place kernel (slabs along x)",
+        help="the fluid step: the pure-JAX one, the native in-place CPU kernel or the Pallas "
+        "GPU kernel (both on slabs along x; pallas runs interpreted on a CPU: tests only)",
     )
     parser.add_argument("--repeats", type=int, default=5, help="timed chunks per point (median)")
     parser.add_argument("--json", metavar="PATH", default=None, help="also write results here")

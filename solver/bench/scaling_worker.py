@@ -21,6 +21,7 @@ from solver.distributed.decomposition import Decomposition, choose_mesh
 from solver.distributed.distribution import Distribution
 from solver.distributed.runtime import Runtime, start
 from solver.fluid.inplace_step import make_inplace_chunk
+from solver.fluid.pallas_step import make_pallas_chunk
 from solver.fluid.setup import FluidSetup
 from solver.fluid.step import FluidState, initial_state, make_chunk, make_geometry
 
@@ -29,7 +30,7 @@ PRECISION = "float32"  # the scaling benchmark's storage and arithmetic
 
 def _box(lattice: str, shape: Sequence[int], kernel: str = "xla") -> FluidSetup:
     """The benchmark's periodic box (``solver.bench``'s flow) with ``shape`` cells, advanced
-    by ``kernel`` ("xla" or "native")."""
+    by ``kernel`` ("xla", "native" or "pallas")."""
     setup = build_setup(lattice, PRECISION, "periodic", 2)
     return replace(setup, shape=tuple(shape), kernel=kernel)
 
@@ -102,7 +103,7 @@ def time_point(
     if dist.backend != "single":  # with one shard the distributed chunk is the local one
         # the same step on this shard's block alone: periodic wrap instead of neighbours
         local_setup = _box(lattice, decomposition.local_shape, kernel)
-        step = make_inplace_chunk if kernel == "native" else make_chunk
+        step = {"native": make_inplace_chunk, "pallas": make_pallas_chunk}.get(kernel, make_chunk)
         local_chunk = jax.jit(step(local_setup), static_argnums=2, donate_argnums=0)
         local_geometry = make_geometry(local_setup)
         # one block per process; fake devices: all N blocks, run in turn on the same cores
