@@ -3,8 +3,9 @@
 A ``Distribution`` joins a started ``Runtime`` to the ``Decomposition`` of one grid. The run
 loop talks to it only between chunks:
 
-- ``put`` / ``geometry``: host arrays of the whole grid -> device arrays (a global array
-  sharded over the mesh for ``xla``; this process's block for ``mpi``).
+- ``put`` / ``geometry``: fields of the whole grid -> device arrays (a global array sharded
+  over the mesh for ``xla``; this process's block for ``mpi``). A lazy field
+  (``solver.fluid.setup.GridField``) is evaluated only on the blocks this process holds.
 - ``chunk``: the compiled fluid chunk, wrapped in ``shard_map`` for ``xla`` or given the MPI
   halo for ``mpi``; on one device the plain chunk.
 - ``gather``: a field back on the host of process 0 (None on the others). Within one process
@@ -36,6 +37,7 @@ from solver.distributed.decomposition import Decomposition, choose_mesh
 from solver.distributed.halo import MpiHalo, XlaHalo
 from solver.distributed.runtime import Runtime
 from solver.errors import ConfigError
+from solver.fluid.grid_field import SLAB_CELLS, GridField
 from solver.fluid.inplace_split import make_split_chunk
 from solver.fluid.inplace_step import kernel_rates, make_inplace_chunk, require_kernel
 from solver.fluid.padded import exchange_ghosts
@@ -93,21 +95,30 @@ class Distribution:
         names = [n for a, n in enumerate(self.decomposition.axis_names) if a != skip_axis]
         return P(*([None] * lead), *names)
 
-    def put(
-        self, array: np.ndarray, lead: int = 0, dtype=None, skip_axis: int | None = None
-    ) -> Array:
-        """A host array over the whole grid, (*lead, *shape) (or a face without ``skip_axis``),
-        onto the devices."""
-        array = np.asarray(array, dtype=dtype)
+    def put(self, array, lead: int = 0, dtype=None, skip_axis: int | None = None) -> Array:
+        """A field over the whole grid, (*lead, *shape) (or a face without ``skip_axis``), onto
+        the devices, in ``dtype``.
+
+        ``array`` is a NumPy array or anything indexable by a tuple of slices with ``shape``
+        and ``dtype`` (``solver.fluid.setup.GridField``): then only the blocks this process
+        holds are computed (``mpi``: its own block; ``xla``: each addressable shard's index, as
+        ``jax.make_array_from_callback`` asks), never the whole grid; on one device the whole
+        grid is made (``np.asarray``).
+        """
+        if not hasattr(array, "dtype"):
+            array = np.asarray(array)
+        dtype = np.dtype(array.dtype if dtype is None else dtype)
         if self.backend == "single":
-            return jnp.asarray(array)
+            return jnp.asarray(np.asarray(array, dtype=dtype))
         if self.backend == "mpi":
             block = self.decomposition.block(self.runtime.process_index)
             if skip_axis is not None:
                 block = tuple(b for a, b in enumerate(block) if a != skip_axis)
-            return jnp.asarray(np.ascontiguousarray(array[(slice(None),) * lead + block]))
+            return jnp.asarray(_host_block(array, (slice(None),) * lead + block, dtype))
         sharding = NamedSharding(self.mesh, self._spec(lead, skip_axis))
-        return jax.make_array_from_callback(array.shape, sharding, lambda index: array[index])
+        return jax.make_array_from_callback(
+            tuple(array.shape), sharding, lambda index: _host_block(array, index, dtype)
+        )
 
     def replicate(self, value: Array) -> Array:
         """A value every shard holds whole (the step counter): placed as the chunk returns it,
@@ -117,7 +128,8 @@ class Distribution:
         return jax.device_put(value, NamedSharding(self.mesh, P()))
 
     def geometry(self, setup: FluidSetup) -> FluidGeometry:
-        """The setup's geometry arrays on the devices, in the setup's dtype."""
+        """The setup's geometry arrays on the devices, in the setup's dtype; lazy fields
+        (``GridField``) are built only on this process's blocks (``put``)."""
         return make_geometry(setup, lambda arr, dtype, lead, face: self.put(arr, lead, dtype, face))
 
     # ------------------------------------------------------------------ the compiled chunk
@@ -486,6 +498,29 @@ class HostLayout:
 
     def sum_blocks(self, values: list[int]) -> list[int]:
         return [int(v) for v in values]
+
+
+def _host_block(array, index: tuple[slice, ...], dtype) -> np.ndarray:
+    """``array[index]`` (slices over every axis) as a C-contiguous array of ``dtype``. A lazy
+    field (``GridField``) is computed a slab of planes of the block at a time, each cast into
+    the result as it comes: its float64 temporaries stay a slab's, not the block's."""
+    if not isinstance(array, GridField):
+        return np.ascontiguousarray(array[index], dtype=dtype)
+    n_lead = len(array.lead)
+    index = tuple(index) + (slice(None),) * (array.ndim - len(index))
+    ranges = [range(*s.indices(n)) for s, n in zip(index, array.shape, strict=True)]
+    if any(r.step != 1 for r in ranges) or not ranges[n_lead]:
+        return np.ascontiguousarray(array[index], dtype=dtype)
+    out = np.empty(tuple(len(r) for r in ranges), dtype=dtype)
+    first = ranges[n_lead]
+    plane = max(1, math.prod(len(r) for i, r in enumerate(ranges) if i != n_lead))
+    rows = max(1, SLAB_CELLS // plane)
+    for start in range(first.start, first.stop, rows):
+        stop = min(start + rows, first.stop)
+        part = (slice(start - first.start, stop - first.start),)
+        where = (slice(None),) * n_lead + part
+        out[where] = array[index[:n_lead] + (slice(start, stop),) + index[n_lead + 1 :]]
+    return out
 
 
 def _grid_slices(index: tuple[slice, ...], shape: tuple[int, ...]) -> tuple[slice, ...]:

@@ -40,6 +40,8 @@ from kernels import boundaries, open_boundaries
 from kernels.equilibrium import Populations
 from kernels.lattices import CS2, Lattice
 from solver.distributed.halo import Halo
+from solver.fluid.grid_field import any_cells
+from solver.fluid.grid_field import linked_directions as setup_linked_directions
 from solver.fluid.padded import Region, upstream
 from solver.fluid.setup import FluidSetup, InflowSchedule, OpenBoundary
 
@@ -389,16 +391,9 @@ def obstacle_force(
 
 
 def linked_directions(setup: FluidSetup, mask: np.ndarray | None) -> list[bool]:
-    """Which directions i have a fluid node whose upstream node x - c_i is in ``mask``."""
-    lat = setup.lattice
-    if mask is None or not mask.any():
-        return [False] * lat.q
-    fluid = ~setup.solid
-    out = []
-    for i in range(lat.q):
-        up = np.roll(mask, tuple(int(v) for v in lat.c[i]), axis=tuple(range(lat.d)))
-        out.append(i != 0 and bool((up & fluid).any()))
-    return out
+    """Which directions i have a fluid node whose upstream node x - c_i is in ``mask``
+    (``solver.fluid.grid_field.linked_directions``: a lazy mask slab by slab, never whole)."""
+    return setup_linked_directions(setup.lattice.c, mask, setup.solid)
 
 
 @dataclass(frozen=True)
@@ -429,10 +424,10 @@ class BoundaryPlan:
 def plan_boundaries(setup: FluidSetup, halo: Halo) -> BoundaryPlan:
     """Pick the boundary parts the setup needs, on the host (global setup: every shard traces
     the same program)."""
-    has_solid = setup.solid is not None and bool(setup.solid.any())
+    has_solid = setup.solid is not None and any_cells(setup.solid)
     wall_links = tuple(linked_directions(setup, setup.solid if has_solid else None))
     obstacle_links = linked_directions(setup, setup.obstacle if has_solid else None)
-    moving = has_solid and setup.wall_velocity is not None and bool(np.any(setup.wall_velocity))
+    moving = has_solid and setup.wall_velocity is not None and any_cells(setup.wall_velocity)
     curved = has_solid and setup.wall_distance is not None
     walls: tuple[BoundaryRule, ...] = ()
     padded: list[tuple[str, int]] = []

@@ -15,6 +15,11 @@ host (NumPy, float64 as the case builders allocate):
     builder scratch  what a builder holds on top of them at its peak (the analytic Taylor-Green
                      fields, the cylinder's link-fraction temporaries);
     output           the gathered final density and velocity in lattice and SI units, float64.
+With several processes the case arrays and the builder's scratch are a process's blocks (its
+L cells per shard; the grid fields are built per block, ``solver.fluid.setup.GridField``, and
+placed a slab at a time, so the scratch is at most a slab's), except for the STL ``geometry``
+case, whose voxeliser works on the whole grid; the output stays the whole grid (process 0
+gathers the final fields for the case's diagnostics and the PNG).
 device (per shard of L cells, Lp = L with one ghost layer on every face; ``solver.fluid.step``):
     populations      the state, the chunk's two padded buffers, scratch buffers for
                      materialised streaming (curved walls, open boundaries, force measurement)
@@ -39,8 +44,11 @@ from pathlib import Path
 
 from kernels.lattices import LATTICES
 from solver.errors import ConfigError
+from solver.fluid.grid_field import SLAB_CELLS
 
 F64 = 8  # bytes of a float64: the case builders' NumPy arrays
+# cases whose set-up builds whole-grid arrays on every process (the STL voxeliser)
+WHOLE_GRID_SETUP = ("geometry",)
 
 
 @dataclass(frozen=True)
@@ -112,9 +120,12 @@ class MemoryEstimate:
         return self.host_case + max(self.host_scratch, self.host_output)
 
 
-def estimate(config, shape: tuple[int, ...], mesh: tuple[int, ...] | None = None) -> MemoryEstimate:
+def estimate(
+    config, shape: tuple[int, ...], mesh: tuple[int, ...] | None = None, processes: int = 1
+) -> MemoryEstimate:
     """The memory a run of the fluid case ``config.case`` needs on a grid of ``shape`` split
-    into equal blocks by ``mesh`` (shards per axis; None: one device)."""
+    into equal blocks by ``mesh`` (shards per axis; None: one device) over ``processes``
+    processes (host figures per process)."""
     lattice = LATTICES[config.fluid.lattice]
     d, q = lattice.d, lattice.q
     itemsize = 8 if config.fluid.precision == "float64" else 4
@@ -122,18 +133,24 @@ def estimate(config, shape: tuple[int, ...], mesh: tuple[int, ...] | None = None
     cells = math.prod(shape)
     mesh = tuple(mesh) if mesh is not None else (1,) * len(shape)
 
-    host_case = F64 * (1 + d) * cells
-    if footprint.solid:
-        host_case += cells
-    if footprint.wall_velocity:
-        host_case += F64 * d * cells
-    if footprint.curved:
-        host_case += F64 * q * cells + cells
-    host_scratch = int(F64 * footprint.scratch(d) * cells)
-    host_output = 2 * F64 * (1 + d) * cells
-
     block = [max(1, -(-n // m)) for n, m in zip(shape, mesh, strict=True)]
     local = math.prod(block)
+    # the cells whose set-up arrays a process builds: the whole grid on one process, its own
+    # blocks (and a slab's scratch) with several, except for the whole-grid voxeliser
+    built = cells
+    scratch_cells = cells
+    if processes > 1 and config.case.name not in WHOLE_GRID_SETUP:
+        built = min(cells, local * max(1, math.prod(mesh) // processes))
+        scratch_cells = min(built, SLAB_CELLS)
+    host_case = F64 * (1 + d) * built
+    if footprint.solid:
+        host_case += built
+    if footprint.wall_velocity:
+        host_case += F64 * d * built
+    if footprint.curved:
+        host_case += F64 * q * built + built
+    host_scratch = int(F64 * footprint.scratch(d) * scratch_cells)
+    host_output = 2 * F64 * (1 + d) * cells  # process 0 gathers the final fields
     padded = math.prod(n + 2 for n in block)
     # the state and the two padded buffers hold the stored form (fluid.storage: 2 bytes for
     # the 16-bit formats); temporaries and scratch buffers hold decoded compute values
@@ -284,24 +301,27 @@ class Available:
         )
 
 
-def _mesh(config, shape: tuple[int, ...]) -> tuple[int, ...]:
-    """The mesh the run will use (``domain.mesh`` on the devices there are); one device where
-    that mesh is invalid (the distribution reports it when the run starts)."""
+def _mesh(config, shape: tuple[int, ...], devices: int | None = None) -> tuple[int, ...]:
+    """The mesh the run will use (``domain.mesh`` on ``devices``, default JAX's device count);
+    one device where that mesh is invalid (the distribution reports it when the run starts)."""
     import jax
 
     from solver.distributed.decomposition import choose_mesh
 
     try:
-        return choose_mesh(config.domain.mesh, shape, jax.device_count()).mesh
+        count = jax.device_count() if devices is None else devices
+        return choose_mesh(config.domain.mesh, shape, count).mesh
     except ConfigError:
         return (1,) * len(shape)
 
 
-def available_now(shards: int) -> Available:
-    """What this process can allocate now, holding ``shards`` of the grid's blocks in all."""
+def available_now(shards: int, processes: int | None = None) -> Available:
+    """What this process can allocate now, holding ``shards`` of the grid's blocks in all over
+    ``processes`` processes (default JAX's process count)."""
     import jax
 
-    local = max(1, shards // max(1, jax.process_count()))
+    processes = jax.process_count() if processes is None else processes
+    local = max(1, shards // max(1, processes))
     return Available(host_available(), device_available(), local)
 
 
@@ -310,27 +330,31 @@ def check_fits(
     grid_shape: Callable[[object], tuple[int, ...]],
     available: Available | None = None,
     mesh: tuple[int, ...] | None = None,
+    processes: int = 1,
+    devices: int | None = None,
 ) -> MemoryEstimate:
     """Refuse a fluid case whose arrays cannot fit in the memory available now.
 
     ``grid_shape(config)`` is the case's grid, computed the way its builder does; ``mesh`` and
-    ``available`` default to the run's device mesh and what this machine has free now.
+    ``available`` default to the run's device mesh (``domain.mesh`` on ``devices``, default
+    JAX's) and what this machine has free now; ``processes`` share the grid (the runtime's
+    process count: the host figures are one process's).
 
     Raises:
         ConfigError: ``case.resolution``, with the figures and the largest resolution that fits.
     """
     shape = tuple(grid_shape(config))
-    mesh = _mesh(config, shape) if mesh is None else tuple(mesh)
+    mesh = _mesh(config, shape, devices) if mesh is None else tuple(mesh)
     if available is None:
-        available = available_now(math.prod(mesh))
-    need = estimate(config, shape, mesh)
+        available = available_now(math.prod(mesh), processes)
+    need = estimate(config, shape, mesh, processes)
     if available.fits(need):
         return need
     resolution = config.case.resolution
 
     def fits(r: int) -> bool:
         smaller = dataclasses.replace(config, case=dataclasses.replace(config.case, resolution=r))
-        return available.fits(estimate(smaller, tuple(grid_shape(smaller)), mesh))
+        return available.fits(estimate(smaller, tuple(grid_shape(smaller)), mesh, processes))
 
     low, high = 0, resolution  # fits(low) or low == 0; not fits(high)
     while high - low > 1:

@@ -137,7 +137,7 @@ class FluidModel:
     ) -> None:
         self.config = config
         self.output_dir = Path(output_dir)
-        self.case = case = build_case(config) if case is None else case
+        self.case = case = build_case(config, runtime) if case is None else case
         self.setup, self.units = setup, units = case.setup, case.units
         self.dist = dist = distribute(runtime, config.domain.mesh, setup.shape)
         self.layout = dist
@@ -203,6 +203,8 @@ class FluidModel:
     # ------------------------------------------------------------------ state
 
     def initial_state(self):
+        """The initial populations from the case's density and velocity (and gradient); each
+        process computes only its blocks of them (``Distribution.put`` on ``GridField``s)."""
         setup, dist, case = self.setup, self.dist, self.case
         gradient = case.velocity_gradient
         state = initial_state(

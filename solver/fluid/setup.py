@@ -2,6 +2,10 @@
 
 Everything here is host-side (NumPy) and static: shapes, lattice, boundary kinds and geometry.
 Arrays use the axis order (x, y[, z]) with x first; populations are (q, nx, ny[, nz]).
+
+The grid fields of a setup (solid mask, wall velocity, link fractions, obstacle, sponge) and a
+case's initial density and velocity are NumPy arrays or ``GridField``s (solver/fluid/grid_field.py:
+computed per block on the distributed path, the whole grid where the host needs it).
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ import numpy as np
 
 from kernels.lattices import Lattice
 from kernels.storage import SHIFTED, STORAGES
+from solver.fluid.grid_field import GridField
 
 COLLISIONS = ("bgk", "trt", "regularized", "kbc")
 # the operators that need the tensor-product lattices D2Q9 and D3Q27 (q = 3^d)
@@ -108,6 +113,9 @@ class BodyForce:
 class FluidSetup:
     """Everything static about one fluid problem, in lattice units.
 
+    The grid fields (solid, wall_velocity, wall_distance, obstacle, sponge) are NumPy arrays
+    or ``GridField``s (built per block on the distributed path, see the module docstring).
+
     Attributes:
         lattice: the velocity set.
         shape: grid shape (nx, ny[, nz]).
@@ -156,13 +164,13 @@ class FluidSetup:
     les: str = "none"
     les_cs: float = 0.1
     kernel: str = "xla"
-    solid: np.ndarray | None = field(default=None, repr=False)
-    wall_velocity: np.ndarray | None = field(default=None, repr=False)
-    wall_distance: np.ndarray | None = field(default=None, repr=False)
-    obstacle: np.ndarray | None = field(default=None, repr=False)
+    solid: np.ndarray | GridField | None = field(default=None, repr=False)
+    wall_velocity: np.ndarray | GridField | None = field(default=None, repr=False)
+    wall_distance: np.ndarray | GridField | None = field(default=None, repr=False)
+    obstacle: np.ndarray | GridField | None = field(default=None, repr=False)
     open_boundaries: tuple[OpenBoundary, ...] = ()
     body_force: BodyForce | None = None
-    sponge: np.ndarray | None = field(default=None, repr=False)
+    sponge: np.ndarray | GridField | None = field(default=None, repr=False)
     moment_center: tuple[float, ...] | None = None
 
     def __post_init__(self) -> None:

@@ -11,6 +11,7 @@ from solver.fluid.memory import check_fits
 
 if TYPE_CHECKING:
     from solver.config import RunConfig
+    from solver.distributed.runtime import Runtime
 
 BUILDERS: dict[str, Callable[[RunConfig], Case]] = {
     "cylinder": cylinder.build,
@@ -34,10 +35,15 @@ GRID_SHAPES: dict[str, Callable[[RunConfig], tuple[int, ...]]] = {
 }
 
 
-def build_case(config: RunConfig) -> Case:
+def build_case(config: RunConfig, runtime: Runtime | None = None) -> Case:
     """Build the configured case; raises ConfigError for values the physics rejects and for a
-    grid whose arrays cannot fit in the memory available (checked before any is allocated)."""
-    check_fits(config, GRID_SHAPES[config.case.name])
+    grid whose arrays cannot fit in the memory available (checked before any is allocated,
+    for one of the ``runtime``'s processes: with several, each builds only its blocks)."""
+    if runtime is None:
+        check_fits(config, GRID_SHAPES[config.case.name])
+    else:
+        processes, devices = runtime.process_count, runtime.device_count()
+        check_fits(config, GRID_SHAPES[config.case.name], processes=processes, devices=devices)
     return BUILDERS[config.case.name](config)
 
 

@@ -4,6 +4,11 @@ A case turns its typed physical config into lattice units: a ``FluidSetup``, the
 density and velocity, the unit converter, a default number of steps, and a ``diagnostics`` hook
 that computes case-specific values for ``run.json`` from the final fields (and, for bodies, the
 force history). Node i along an axis sits at ``origin + (i + 0.5) dx``.
+
+Grid fields (the initial density and velocity, the setup's solid mask, wall velocity, link
+fractions, obstacle and sponge) are ``solver.fluid.setup.GridField``s: formulas evaluated on a
+box of cells, so that each process of a distributed run builds only its own block
+(``Distribution.put``); ``np.asarray`` gives the whole grid where the host needs it.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ import numpy as np
 from kernels.lattices import CS2, Lattice
 from solver.errors import ConfigError
 from solver.fluid.config import MAX_MACH, FluidConfig
+from solver.fluid.grid_field import Box, GridField
 from solver.fluid.setup import FluidSetup
 from solver.fluid.units import UnitConverter, mach
 
@@ -52,8 +58,8 @@ class Case:
         name: case name.
         setup: the static lattice-unit problem.
         units: the physical <-> lattice converter.
-        density: (*shape) initial lattice density.
-        velocity: (d, *shape) initial lattice velocity.
+        density: (*shape) initial lattice density (a GridField or an array, float64).
+        velocity: (d, *shape) initial lattice velocity (likewise).
         default_steps: steps when the config gives none.
         origin: (d,) m; node i along axis a sits at origin[a] + (i + 0.5) dx.
         mach: lattice Mach number of the characteristic (peak) velocity.
@@ -70,8 +76,8 @@ class Case:
     name: str
     setup: FluidSetup
     units: UnitConverter
-    density: np.ndarray = field(repr=False)
-    velocity: np.ndarray = field(repr=False)
+    density: np.ndarray | GridField = field(repr=False)
+    velocity: np.ndarray | GridField = field(repr=False)
     default_steps: int
     origin: tuple[float, ...]
     mach: float
@@ -79,7 +85,7 @@ class Case:
     png_field: str = "speed"
     measures_forces: bool = False
     tracks_energy: bool = False
-    velocity_gradient: np.ndarray | None = field(default=None, repr=False)
+    velocity_gradient: np.ndarray | GridField | None = field(default=None, repr=False)
     info: dict = field(default_factory=dict)
 
     @property
@@ -159,6 +165,40 @@ def cells(key: str, value: float, length: float, dx: float, minimum: int) -> int
             hint="raise case.resolution",
         )
     return n
+
+
+def box_indices(box: Box) -> list[np.ndarray]:
+    """Global int64 node indices of a box, one open (broadcastable) grid per axis, as
+    ``np.ogrid``: axis a's array has shape (1, .., n_a, .., 1)."""
+    d = len(box)
+    return [
+        np.arange(s.start, s.stop).reshape([-1 if a == k else 1 for a in range(d)])
+        for k, s in enumerate(box)
+    ]
+
+
+def box_shape(box: Box) -> tuple[int, ...]:
+    return tuple(s.stop - s.start for s in box)
+
+
+def mask_field(shape: tuple[int, ...], mask) -> GridField:
+    """A bool GridField from ``mask(*box_indices(box))`` (a broadcastable bool expression)."""
+
+    def compute(box: Box) -> np.ndarray:
+        values = mask(*box_indices(box))
+        return np.ascontiguousarray(np.broadcast_to(values, box_shape(box)), dtype=bool)
+
+    return GridField(shape, bool, compute)
+
+
+def zeros_field(shape: tuple[int, ...], lead: tuple[int, ...] = ()) -> GridField:
+    """float64 zeros (*lead, *shape), as ``np.zeros``."""
+    return GridField.constant(shape, 0.0, np.float64, lead)
+
+
+def ones_field(shape: tuple[int, ...]) -> GridField:
+    """float64 ones (*shape), as ``np.ones``: the resting initial density."""
+    return GridField.constant(shape, 1.0, np.float64)
 
 
 def relative_l2(measured: np.ndarray, reference: np.ndarray) -> float:

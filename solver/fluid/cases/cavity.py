@@ -15,10 +15,16 @@ from kernels.lattices import lattice_by_name
 from solver.fluid.cases.base import (
     Case,
     RunData,
+    box_indices,
+    box_shape,
     fluid_setup,
     lattice_scales,
+    mask_field,
+    ones_field,
+    zeros_field,
 )
 from solver.fluid.config import CavityConfig
+from solver.fluid.grid_field import Box, GridField
 
 if TYPE_CHECKING:
     from solver.config import RunConfig
@@ -75,10 +81,18 @@ def build(config: RunConfig) -> CavityCase:
     )
     units, omega, mach = scales.units, scales.omega, scales.mach
     shape = grid_shape(config)
-    solid = np.ones(shape, dtype=bool)
-    solid[1:-1, 1:-1] = False
-    wall_velocity = np.zeros((2,) + shape)
-    wall_velocity[0, 1:-1, -1] = fluid.u_lattice
+    nx, ny = shape
+    # one solid layer around the cavity; its top row (corners excepted) moves along +x
+    solid = mask_field(shape, lambda i, j: ~((i >= 1) & (i < nx - 1) & (j >= 1) & (j < ny - 1)))
+    lid = fluid.u_lattice
+
+    def wall_velocity_on(box: Box) -> np.ndarray:
+        i, j = box_indices(box)
+        out = np.zeros((2,) + box_shape(box))
+        out[0][np.broadcast_to((i >= 1) & (i < nx - 1) & (j == ny - 1), box_shape(box))] = lid
+        return out
+
+    wall_velocity = GridField(shape, np.float64, wall_velocity_on, (2,))
     setup = fluid_setup(
         fluid,
         lattice,
@@ -91,8 +105,8 @@ def build(config: RunConfig) -> CavityCase:
         name="cavity",
         setup=setup,
         units=units,
-        density=np.ones(shape),
-        velocity=np.zeros((2,) + shape),
+        density=ones_field(shape),
+        velocity=zeros_field(shape, (2,)),
         default_steps=units.steps_for(c.duration),
         origin=(-units.dx, -units.dx),
         mach=mach,

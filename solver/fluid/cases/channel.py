@@ -16,11 +16,16 @@ from solver.fluid import analytic
 from solver.fluid.cases.base import (
     Case,
     RunData,
+    box_shape,
     fluid_setup,
     lattice_scales,
+    mask_field,
+    ones_field,
     relative_l2,
+    zeros_field,
 )
 from solver.fluid.config import CouetteConfig, PoiseuilleConfig
+from solver.fluid.grid_field import Box, GridField
 from solver.fluid.setup import BodyForce
 
 if TYPE_CHECKING:
@@ -61,8 +66,8 @@ def grid_shape(config: RunConfig) -> tuple[int, int]:
 
 def _channel(config: RunConfig, dx: float):
     shape = grid_shape(config)
-    solid = np.zeros(shape, dtype=bool)
-    solid[:, 0] = solid[:, -1] = True
+    ny = shape[1]
+    solid = mask_field(shape, lambda i, j: (j == 0) | (j == ny - 1))  # the walls' rows
     return shape, solid, (0.0, -dx)
 
 
@@ -112,8 +117,8 @@ def build_poiseuille(config: RunConfig) -> ChannelCase:
         name="poiseuille",
         setup=setup,
         units=units,
-        density=np.ones(shape),
-        velocity=np.zeros((2,) + shape),
+        density=ones_field(shape),
+        velocity=zeros_field(shape, (2,)),
         default_steps=units.steps_for(c.duration),
         origin=origin,
         mach=mach,
@@ -129,8 +134,15 @@ def build_couette(config: RunConfig) -> ChannelCase:
     scales = lattice_scales(fluid, c.height, c.resolution, c.wall_velocity, c.viscosity, c.density)
     units, omega, mach = scales.units, scales.omega, scales.mach
     shape, solid, origin = _channel(config, units.dx)
-    wall_velocity = np.zeros((2,) + shape)
-    wall_velocity[0, :, -1] = fluid.u_lattice  # the upper wall moves along +x
+    ny, u_wall = shape[1], fluid.u_lattice
+
+    def wall_velocity_on(box: Box) -> np.ndarray:
+        out = np.zeros((2,) + box_shape(box))
+        if box[1].stop == ny:  # the upper wall moves along +x
+            out[0, :, -1] = u_wall
+        return out
+
+    wall_velocity = GridField(shape, np.float64, wall_velocity_on, (2,))
     setup = fluid_setup(
         fluid,
         lattice,
@@ -148,8 +160,8 @@ def build_couette(config: RunConfig) -> ChannelCase:
         name="couette",
         setup=setup,
         units=units,
-        density=np.ones(shape),
-        velocity=np.zeros((2,) + shape),
+        density=ones_field(shape),
+        velocity=zeros_field(shape, (2,)),
         default_steps=units.steps_for(c.duration),
         origin=origin,
         mach=mach,

@@ -19,8 +19,19 @@ import numpy as np
 
 from kernels.lattices import lattice_by_name
 from solver.errors import ConfigError
-from solver.fluid.cases.base import Case, RunData, cells, check_mach, fluid_setup, relaxation_rate
+from solver.fluid.cases.base import (
+    Case,
+    RunData,
+    box_shape,
+    cells,
+    check_mach,
+    fluid_setup,
+    mask_field,
+    ones_field,
+    relaxation_rate,
+)
 from solver.fluid.config import INLETS, OUTLETS, CylinderConfig
+from solver.fluid.grid_field import Box, GridField
 from solver.fluid.setup import InflowSchedule, OpenBoundary
 from solver.fluid.units import UnitConverter
 
@@ -166,16 +177,25 @@ def build(config: RunConfig) -> CylinderCase:
     origin = (0.0, -dx)
     x = origin[0] + (np.arange(shape[0]) + 0.5) * dx
     y = origin[1] + (np.arange(shape[1]) + 0.5) * dx
-    solid = np.zeros(shape, dtype=bool)
-    solid[:, 0] = solid[:, -1] = True
-
     # the circle in index coordinates: node (i, j) sits at ((i, j) + 0.5) dx + origin
     ci, cj = (xc - origin[0]) / dx - 0.5, (yc - origin[1]) / dx - 0.5
     r = radius / dx
-    ii, jj = np.meshgrid(np.arange(shape[0]), np.arange(shape[1]), indexing="ij")
-    obstacle = ((ii - ci) ** 2 + (jj - cj) ** 2 <= r * r) & ~solid
-    solid |= obstacle
-    wall_distance = circle_link_fractions(lattice, shape, obstacle, solid, (ci, cj), r)
+    ny = shape[1]
+
+    def in_obstacle(i, j):
+        walls = (j == 0) | (j == ny - 1)
+        return ((i - ci) ** 2 + (j - cj) ** 2 <= r * r) & ~walls
+
+    obstacle = mask_field(shape, in_obstacle)
+    solid = mask_field(shape, lambda i, j: (j == 0) | (j == ny - 1) | in_obstacle(i, j))
+    wall_distance = GridField(
+        shape,
+        np.float64,
+        lambda box: _circle_link_fractions_on(
+            lattice, shape, box, obstacle.box, ~solid[box], (ci, cj), r
+        ),
+        (lattice.q,),
+    )
 
     height = nh * dx  # the walls sit at y = 0 and y = nh dx
     if c.inflow == "parabolic":
@@ -184,7 +204,7 @@ def build(config: RunConfig) -> CylinderCase:
     else:
         profile = np.full_like(y, c.u_max)
         u_mean = c.u_max
-    profile = np.where(solid[0], 0.0, profile)
+    profile = np.where(solid[0], 0.0, profile)  # the inlet column
     u_lat = units.to_lattice_velocity(profile)
     inlet_velocity = np.zeros((2, shape[1]))
     inlet_velocity[0] = u_lat
@@ -225,19 +245,22 @@ def build(config: RunConfig) -> CylinderCase:
     )
 
     # a scheduled inflow starts from rest (its factor is 0 at t = 0)
-    velocity = np.zeros((2,) + shape)
-    velocity[0] = 0.0 if not schedule.steady else u_lat[None, :]
-    velocity[1] = _perturbation(config.seed, x, y, height, c.length) * (
-        c.perturbation * fluid.u_lattice
-    )
-    velocity[:, solid] = 0.0
+    perturbation = _Perturbation(config.seed, x, y, height, c.length)
+    amplitude = c.perturbation * fluid.u_lattice
+
+    def velocity_on(box: Box) -> np.ndarray:
+        out = np.zeros((2,) + box_shape(box))
+        out[0] = 0.0 if not schedule.steady else u_lat[box[1]][None, :]
+        out[1] = perturbation.on(box) * amplitude
+        out[:, solid[box]] = 0.0
+        return out
 
     return CylinderCase(
         name="cylinder",
         setup=setup,
         units=units,
-        density=np.ones(shape),
-        velocity=velocity,
+        density=ones_field(shape),
+        velocity=GridField(shape, np.float64, velocity_on, (2,)),
         default_steps=units.steps_for(c.duration),
         origin=origin,
         mach=mach,
@@ -252,7 +275,7 @@ def build(config: RunConfig) -> CylinderCase:
             "stats_fraction": c.stats_fraction,
             "channel_height_m": height,
             "channel_length_m": nx * dx,
-            "obstacle_cells": int(obstacle.sum()),
+            "obstacle_cells": obstacle.count_nonzero(),
         },
     )
 
@@ -269,22 +292,38 @@ def circle_link_fractions(
     Returns:
         (q, *shape) array.
     """
-    out = np.full((lattice.q,) + tuple(shape), 0.5)
-    ii, jj = np.meshgrid(np.arange(shape[0]), np.arange(shape[1]), indexing="ij")
+    obstacle = np.asarray(obstacle)
+    full = tuple(slice(0, n) for n in shape)
+    return _circle_link_fractions_on(
+        lattice, shape, full, lambda box: obstacle[box], ~np.asarray(solid), center, radius
+    )
+
+
+def _circle_link_fractions_on(
+    lattice, shape, box, obstacle_on, fluid: np.ndarray, center, radius: float
+) -> np.ndarray:
+    """``circle_link_fractions`` on a box of nodes: (q, *box shape). ``obstacle_on(box)`` gives
+    the obstacle mask on a box (read on ``box`` widened by one ghost node, clipped to the
+    grid); ``fluid`` is the fluid mask on ``box``."""
+    n0, n1 = shape
+    b0, b1 = box
+    out = np.full((lattice.q,) + box_shape(box), 0.5)
+    ghost = (slice(max(b0.start - 1, 0), min(b0.stop + 1, n0)),
+             slice(max(b1.start - 1, 0), min(b1.stop + 1, n1)))  # fmt: skip
+    near = obstacle_on(ghost)
+    ii, jj = np.meshgrid(np.arange(b0.start, b0.stop), np.arange(b1.start, b1.stop), indexing="ij")
     px, py = ii - center[0], jj - center[1]
-    fluid = ~solid
     for i in range(1, lattice.q):
         cx, cy = (int(v) for v in lattice.c[i])
         # neighbour x + c_i, no wrap-around: the cylinder is clear of the box edges
-        neighbour = np.zeros(shape, dtype=bool)
-        src = obstacle[
-            max(cx, 0) : shape[0] + min(cx, 0),
-            max(cy, 0) : shape[1] + min(cy, 0),
-        ]
-        neighbour[
-            max(-cx, 0) : shape[0] + min(-cx, 0),
-            max(-cy, 0) : shape[1] + min(-cy, 0),
-        ] = src
+        neighbour = np.zeros(out.shape[1:], dtype=bool)
+        lo0, hi0 = max(b0.start, -cx, 0), min(b0.stop, n0 - max(cx, 0))
+        lo1, hi1 = max(b1.start, -cy, 0), min(b1.stop, n1 - max(cy, 0))
+        if lo0 < hi0 and lo1 < hi1:
+            neighbour[lo0 - b0.start : hi0 - b0.start, lo1 - b1.start : hi1 - b1.start] = near[
+                lo0 + cx - ghost[0].start : hi0 + cx - ghost[0].start,
+                lo1 + cy - ghost[1].start : hi1 + cy - ghost[1].start,
+            ]
         links = neighbour & fluid
         a = cx * cx + cy * cy
         b = px * cx + py * cy
@@ -297,7 +336,7 @@ def circle_link_fractions(
 
 def sponge_layer(
     shape: tuple[int, ...], thickness: float, tau: float, factor: float
-) -> np.ndarray | None:
+) -> GridField | None:
     """Added relaxation time dtau (nx, ny) of an absorbing layer ``thickness`` nodes thick
     before the high-x face: the viscosity rises quadratically from the fluid's to ``factor``
     times it at the outlet, dtau = (tau - 1/2)(factor - 1) s^2 with s from 0 at the layer's
@@ -309,19 +348,44 @@ def sponge_layer(
     start = shape[0] - thickness
     ramp = np.clip((x - start) / thickness, 0.0, 1.0) ** 2
     dtau = (tau - 0.5) * (factor - 1.0) * ramp
-    return np.broadcast_to(dtau[:, None], shape).copy()
+    extra = (None,) * (len(shape) - 1)
+    return GridField(
+        shape,
+        np.float64,
+        lambda box: np.broadcast_to(dtau[box[0]][(slice(None), *extra)], box_shape(box)).copy(),
+    )
 
 
-def _perturbation(seed: int, x: np.ndarray, y: np.ndarray, height: float, length: float):
-    """Smooth random transverse field (nx, ny) with max |v| = 1, zero on the walls."""
-    rng = np.random.default_rng(seed)
-    field = np.zeros((len(x), len(y)))
-    for m in range(1, 4):
-        for n in range(1, 4):
-            amp, phase = rng.standard_normal(), rng.uniform(0, 2 * np.pi)
+class _Perturbation:
+    """Smooth random transverse field (nx, ny) with max |v| = 1, zero on the walls, on any box
+    of nodes (x, y: the nodes' coordinates, m)."""
+
+    def __init__(self, seed: int, x: np.ndarray, y: np.ndarray, height: float, length: float):
+        rng = np.random.default_rng(seed)
+        self.modes = []
+        for m in range(1, 4):
+            for n in range(1, 4):
+                amp, phase = rng.standard_normal(), rng.uniform(0, 2 * np.pi)
+                self.modes.append((m, n, amp, phase))
+        self.x, self.y, self.height, self.length = x, y, height, length
+        # the peak over the whole grid, a slab of x at a time
+        rows = max(1, (1 << 22) // max(1, len(y)))
+        all_y = slice(0, len(y))
+        self.peak = max(
+            float(np.max(np.abs(self._raw((slice(a, min(a + rows, len(x))), all_y)))))
+            for a in range(0, len(x), rows)
+        )
+
+    def _raw(self, box: Box) -> np.ndarray:
+        x, y = self.x[box[0]], self.y[box[1]]
+        field = np.zeros((len(x), len(y)))
+        for m, n, amp, phase in self.modes:
             field += amp * np.outer(
-                np.sin(m * np.pi * x / length + phase),
-                np.sin(n * np.pi * np.clip(y, 0, height) / height),
+                np.sin(m * np.pi * x / self.length + phase),
+                np.sin(n * np.pi * np.clip(y, 0, self.height) / self.height),
             )
-    peak = np.max(np.abs(field))
-    return field / peak if peak > 0 else field
+        return field
+
+    def on(self, box: Box) -> np.ndarray:
+        field = self._raw(box)
+        return field / self.peak if self.peak > 0 else field

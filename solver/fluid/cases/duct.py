@@ -9,8 +9,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-import numpy as np
-
 from kernels.lattices import lattice_by_name
 from solver.fluid import analytic
 from solver.fluid.cases.base import (
@@ -18,7 +16,10 @@ from solver.fluid.cases.base import (
     RunData,
     fluid_setup,
     lattice_scales,
+    mask_field,
+    ones_field,
     relative_l2,
+    zeros_field,
 )
 from solver.fluid.config import DuctConfig
 from solver.fluid.setup import BodyForce
@@ -63,8 +64,9 @@ def build(config: RunConfig) -> DuctCase:
     units, omega, mach = scales.units, scales.omega, scales.mach
     dx = units.dx
     shape = grid_shape(config)
-    solid = np.ones(shape, dtype=bool)
-    solid[:, 1:-1, 1:-1] = False
+    _, ny, nz = shape
+    # one solid layer around the cross-section
+    solid = mask_field(shape, lambda i, j, k: ~((j >= 1) & (j < ny - 1) & (k >= 1) & (k < nz - 1)))
     # the profile is linear in the force: scale a unit-force solution to the wanted peak
     centre = analytic.duct_profile(0.5 * c.side, 0.5 * c.side, c.side, c.side, 1.0, 1.0, 1.0)
     g = c.u_max * c.viscosity / float(centre)
@@ -80,8 +82,8 @@ def build(config: RunConfig) -> DuctCase:
         name="duct",
         setup=setup,
         units=units,
-        density=np.ones(shape),
-        velocity=np.zeros((3,) + shape),
+        density=ones_field(shape),
+        velocity=zeros_field(shape, (3,)),
         default_steps=units.steps_for(c.duration),
         origin=(0.0, -dx, -dx),
         mach=mach,

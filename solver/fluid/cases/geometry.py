@@ -36,7 +36,15 @@ import numpy as np
 
 from kernels.lattices import Lattice, lattice_by_name
 from solver.errors import ConfigError
-from solver.fluid.cases.base import Case, RunData, cells, fluid_setup, lattice_scales
+from solver.fluid.cases.base import (
+    Case,
+    RunData,
+    box_shape,
+    cells,
+    fluid_setup,
+    lattice_scales,
+    ones_field,
+)
 from solver.fluid.cases.cylinder import HYSTERESIS, upward_crossings
 from solver.fluid.config import ANALYTIC_SPHERE, OUTLETS, GeometryConfig
 from solver.fluid.geometry import (
@@ -50,6 +58,7 @@ from solver.fluid.geometry import (
     sphere_link_fractions,
     sphere_mask,
 )
+from solver.fluid.grid_field import Box, GridField
 from solver.fluid.setup import InflowSchedule, OpenBoundary
 
 if TYPE_CHECKING:
@@ -210,7 +219,7 @@ def build(config: RunConfig) -> GeometryCase:
         shape,
         omega,
         solid=solid,
-        wall_distance=body.links.dense(lattice.q, shape, np.dtype(fluid.precision)),
+        wall_distance=_link_fraction_field(body.links, lattice.q, shape, fluid.precision),
         obstacle=obstacle,
         open_boundaries=(
             OpenBoundary(
@@ -225,9 +234,14 @@ def build(config: RunConfig) -> GeometryCase:
         moment_center=moment_center,
     )
     # impulsive: U everywhere at t = 0; a ramped inflow starts from rest
-    velocity = np.zeros((3,) + shape)
-    velocity[0] = u_lattice if c.ramp_time == 0.0 else 0.0
-    velocity[:, solid] = 0.0
+    start_velocity = u_lattice if c.ramp_time == 0.0 else 0.0
+
+    def velocity_on(box: Box) -> np.ndarray:
+        out = np.zeros((3,) + box_shape(box))
+        out[0] = start_velocity
+        out[:, solid[box]] = 0.0
+        return out
+
     cross_section = extent[1] * extent[2]
     log.info(
         "geometry: %s, %d solid nodes, %d boundary links, voxelised in %.2f s",
@@ -240,8 +254,8 @@ def build(config: RunConfig) -> GeometryCase:
         name="geometry",
         setup=setup,
         units=units,
-        density=np.ones(shape),
-        velocity=velocity,
+        density=ones_field(shape),
+        velocity=GridField(shape, np.float64, velocity_on, (3,)),
         default_steps=units.steps_for(c.duration),
         origin=origin,
         mach=scales.mach,
@@ -264,6 +278,22 @@ def build(config: RunConfig) -> GeometryCase:
             "moment_center_m": list(c.translation),
         },
     )
+
+
+def _link_fraction_field(links: Links, q: int, shape: tuple[int, ...], dtype) -> GridField:
+    """``links.dense(q, shape, dtype)`` on any box: 1/2 everywhere but on the links."""
+    where = np.unravel_index(links.node, shape)
+
+    def on(box: Box) -> np.ndarray:
+        out = np.full((q,) + box_shape(box), 0.5, dtype=dtype)
+        inside = np.ones(len(links), dtype=bool)
+        for a, s in enumerate(box):
+            inside &= (where[a] >= s.start) & (where[a] < s.stop)
+        local = tuple(where[a][inside] - s.start for a, s in enumerate(box))
+        out[(links.direction[inside], *local)] = links.fraction[inside]
+        return out
+
+    return GridField(shape, dtype, on, (q,))
 
 
 def _body(

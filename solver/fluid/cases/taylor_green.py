@@ -23,9 +23,12 @@ from solver.fluid.cases.base import (
     RunData,
     fluid_setup,
     lattice_scales,
+    ones_field,
     relative_l2,
+    zeros_field,
 )
 from solver.fluid.config import TaylorGreenConfig
+from solver.fluid.grid_field import Box, GridField
 
 if TYPE_CHECKING:
     from solver.config import RunConfig
@@ -145,8 +148,8 @@ def build(config: RunConfig) -> TaylorGreenCase:
         name="taylor_green",
         setup=setup,
         units=units,
-        density=np.ones(shape),
-        velocity=np.zeros((lattice.d,) + shape),
+        density=ones_field(shape),
+        velocity=zeros_field(shape, (lattice.d,)),
         default_steps=units.steps_for(c.duration),
         origin=(0.0,) * lattice.d,
         mach=mach,
@@ -155,14 +158,55 @@ def build(config: RunConfig) -> TaylorGreenCase:
         tracks_energy=brachet,
         info={"config": c, "peak_speed_m_s": peak},
     )
-    u, p = case.exact(0.0)
+    exact = _ExactOnBox(c, lattice.d, case.coordinates())
     gradient = None
     if brachet:  # d u_lat / d x_lat = (d u / d x) dt
-        grids = np.meshgrid(*case.coordinates(), indexing="ij")
-        gradient = analytic.taylor_green_brachet_gradient(*grids, c.u0, c.length) * units.dt
+        gradient = GridField(
+            shape, np.float64, lambda box: exact.gradient(box) * units.dt, (lattice.d,) * 2
+        )
     return dataclasses.replace(
         case,
-        density=1.0 + units.pressure_to_lattice_density(p),
-        velocity=units.to_lattice_velocity(u),
+        density=GridField(
+            shape,
+            np.float64,
+            lambda box: 1.0 + units.pressure_to_lattice_density(exact.fields(box, "density")[1]),
+        ),
+        velocity=GridField(
+            shape,
+            np.float64,
+            lambda box: units.to_lattice_velocity(exact.fields(box, "velocity")[0]),
+            (lattice.d,),
+        ),
         velocity_gradient=gradient,
     )
+
+
+class _ExactOnBox:
+    """The analytic initial fields on a box of nodes (the initial density and velocity of one
+    block), computed once for the two fields that read them."""
+
+    def __init__(self, c: TaylorGreenConfig, dimension: int, coordinates: list[np.ndarray]):
+        self.c, self.dimension, self.coordinates = c, dimension, coordinates
+        self._key, self._fields, self._waiting = None, None, set()
+
+    def _nodes(self, box: Box) -> list[np.ndarray]:
+        return [x[s] for x, s in zip(self.coordinates, box, strict=True)]
+
+    def fields(self, box: Box, reader: str) -> tuple[np.ndarray, np.ndarray]:
+        """(velocity (d, *box) m/s, pressure (*box) Pa) at t = 0; kept until both the density
+        and the velocity have read this box."""
+        key = tuple((s.start, s.stop) for s in box)
+        if key != self._key or reader not in self._waiting:
+            nodes = self._nodes(box)
+            self._fields = TaylorGreenCase.exact_fields(self.c, self.dimension, nodes, 0.0)
+            self._key, self._waiting = key, {"density", "velocity"}
+        fields = self._fields
+        self._waiting.discard(reader)
+        if not self._waiting:
+            self._key, self._fields = None, None
+        return fields
+
+    def gradient(self, box: Box) -> np.ndarray:
+        """(3, 3, *box) d u_b / d x_a of the Brachet vortex, 1/s."""
+        grids = np.meshgrid(*self._nodes(box), indexing="ij")
+        return analytic.taylor_green_brachet_gradient(*grids, self.c.u0, self.c.length)

@@ -1,0 +1,259 @@
+"""Grid fields computed on demand for any box of cells: each process builds only its block.
+
+A ``GridField`` is a field over the grid, (*lead, *grid), given by a function that computes it
+on a box of cells. A process of a distributed run asks it only for its own blocks
+(``Distribution.put``: its block under ``mpi``, each addressable shard's index under ``xla``, as
+``jax.make_array_from_callback`` asks), a slab at a time; converting it to an array
+(``np.asarray``) evaluates the whole grid once and keeps it, which the single-device path and
+the whole-grid consumers do (fields.h5's solid mask and the PNG on process 0, the one-device
+kernels, bodies in the fluid, the twin). ``any_cells`` and ``linked_directions`` answer the
+boundary plan's global questions slab by slab, without the whole grid in memory.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import numpy as np
+
+SLAB_CELLS = 1 << 20  # cells per slab when a lazy field is reduced or placed slab by slab
+
+Box = tuple[slice, ...]
+
+
+def _box_shape(box: Box) -> tuple[int, ...]:
+    return tuple(s.stop - s.start for s in box)
+
+
+class GridField(np.lib.mixins.NDArrayOperatorsMixin):
+    """A field over the grid, shape (*lead, *grid), computed on demand for any box of cells.
+
+    ``compute(box)`` returns the values on ``box`` (one slice per grid axis, with explicit
+    start < stop and step 1) as a C-contiguous array (*lead, *box shape) of ``dtype``. It must
+    give on every box exactly the values the whole-grid evaluation has there (elementwise
+    formulas on the box's global indices or coordinates; ghost cells where a value depends on
+    its neighbours), so that blocks built apart and slices of the whole array are bitwise equal
+    (``tests/test_setup_blocks.py``).
+
+    Indexing with basic slices and integers computes only the box asked for (or slices the
+    whole array once it exists); any other use (``np.asarray``, NumPy functions and operators,
+    ndarray methods such as ``.sum()``) evaluates the whole grid once and keeps it.
+
+    Attributes:
+        grid_shape: the grid axes' shape.
+        lead: the leading (non-spatial) axes' shape, e.g. (d,) for a velocity.
+        shape: lead + grid_shape.
+        dtype: the values' dtype.
+    """
+
+    def __init__(
+        self,
+        grid_shape: tuple[int, ...],
+        dtype,
+        compute: Callable[[Box], np.ndarray],
+        lead: tuple[int, ...] = (),
+    ) -> None:
+        self.grid_shape = tuple(int(n) for n in grid_shape)
+        self.lead = tuple(int(n) for n in lead)
+        self.shape = self.lead + self.grid_shape
+        self.dtype = np.dtype(dtype)
+        self._compute = compute
+        self._whole: np.ndarray | None = None
+
+    @classmethod
+    def constant(
+        cls, grid_shape: tuple[int, ...], value: float, dtype=np.float64, lead: tuple = ()
+    ) -> GridField:
+        """The same value on every cell (``np.full``)."""
+        return cls(
+            grid_shape,
+            dtype,
+            lambda box: np.full(tuple(lead) + _box_shape(box), value, dtype=dtype),
+            lead,
+        )
+
+    def __repr__(self) -> str:
+        built = "built" if self._whole is not None else "lazy"
+        return f"GridField(shape={self.shape}, dtype={self.dtype}, {built})"
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the whole array."""
+        return self.size * self.dtype.itemsize
+
+    @property
+    def built(self) -> bool:
+        """Whether the whole grid has been evaluated (and is kept)."""
+        return self._whole is not None
+
+    def full_box(self) -> Box:
+        return tuple(slice(0, n) for n in self.grid_shape)
+
+    def box(self, box: Box) -> np.ndarray:
+        """The values on ``box`` (one slice per grid axis), (*lead, *box shape)."""
+        box = tuple(slice(*s.indices(n)[:2]) for s, n in zip(box, self.grid_shape, strict=True))
+        if self._whole is not None:
+            return self._whole[(slice(None),) * len(self.lead) + box]
+        out = self._compute(box)
+        expected = self.lead + _box_shape(box)
+        if out.shape != expected or out.dtype != self.dtype:
+            raise ValueError(
+                f"grid field computed {out.shape} {out.dtype} on {box}, "
+                f"expected {expected} {self.dtype}"
+            )
+        return out
+
+    def whole(self) -> np.ndarray:
+        """The whole grid (evaluated once, then kept)."""
+        if self._whole is None:
+            self._whole = self.box(self.full_box())
+        return self._whole
+
+    def __array__(self, dtype=None, copy=None) -> np.ndarray:
+        whole = self.whole()
+        return whole if dtype is None else whole.astype(dtype, copy=False)
+
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        inputs = tuple(np.asarray(v) if isinstance(v, GridField) else v for v in inputs)
+        return getattr(ufunc, method)(*inputs, **kwargs)
+
+    def __getattr__(self, name: str):
+        # ndarray methods (.sum(), .copy(), .astype(), ...) on the whole grid
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return getattr(self.whole(), name)
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    def __getitem__(self, index):
+        parsed = self._parse(index)
+        if parsed is None:
+            return self.whole()[index]
+        lead_index, box, drop = parsed
+        grid_index = tuple(0 if a in drop else slice(None) for a in range(len(box)))
+        return self.box(box)[lead_index + grid_index]
+
+    def _parse(self, index):
+        """(index into the lead axes, box over the grid axes, grid axes given by an integer)
+        for an index of basic slices (step 1) and integers; None for anything else."""
+        index = index if isinstance(index, tuple) else (index,)
+        if any(v is Ellipsis for v in index):
+            if sum(v is Ellipsis for v in index) > 1:
+                return None
+            k = index.index(Ellipsis)
+            fill = self.ndim - (len(index) - 1)
+            index = index[:k] + (slice(None),) * fill + index[k + 1 :]
+        if len(index) > self.ndim:
+            return None
+        index = index + (slice(None),) * (self.ndim - len(index))
+        n_lead = len(self.lead)
+        lead_index = index[:n_lead]
+        if not all(isinstance(v, (slice, int, np.integer)) for v in lead_index):
+            return None
+        box, drop = [], set()
+        for axis, v in enumerate(index[n_lead:]):
+            n = self.grid_shape[axis]
+            if isinstance(v, slice):
+                if v.step not in (None, 1):
+                    return None
+                start, stop, _ = v.indices(n)
+                box.append(slice(start, max(start, stop)))
+            elif isinstance(v, (int, np.integer)):
+                i = int(v) + n if v < 0 else int(v)
+                if not 0 <= i < n:
+                    raise IndexError(f"index {v} out of range for axis of size {n}")
+                box.append(slice(i, i + 1))
+                drop.add(axis)
+            else:
+                return None
+        return tuple(lead_index), tuple(box), drop
+
+    # ------------------------------------------------------------ reductions by slabs
+
+    def slabs(self) -> list[Box]:
+        """Boxes of whole planes along axis 0, about SLAB_CELLS cells each, covering the grid."""
+        plane = max(1, math.prod(self.grid_shape[1:]) * max(1, math.prod(self.lead)))
+        rows = max(1, SLAB_CELLS // plane)
+        rest = tuple(slice(0, n) for n in self.grid_shape[1:])
+        n0 = self.grid_shape[0]
+        return [(slice(a, min(a + rows, n0)),) + rest for a in range(0, n0, rows)]
+
+    def any(self, *args, **kwargs):
+        """Whether any value is nonzero (slab by slab unless the whole grid is kept); with
+        arguments (``axis=...``) ``ndarray.any`` of the whole grid."""
+        if args or kwargs:
+            return self.whole().any(*args, **kwargs)
+        if self._whole is not None:
+            return bool(self._whole.any())
+        return any(bool(self.box(b).any()) for b in self.slabs())
+
+    def count_nonzero(self) -> int:
+        """Nonzero values (slab by slab unless the whole grid is kept)."""
+        if self._whole is not None:
+            return int(np.count_nonzero(self._whole))
+        return sum(int(np.count_nonzero(self.box(b))) for b in self.slabs())
+
+
+def any_cells(array) -> bool:
+    """Whether any value of a grid field (GridField or array) is nonzero, without building a
+    lazy field's whole grid."""
+    if isinstance(array, GridField):
+        return array.any()
+    return bool(np.any(array))
+
+
+def _rows(array, start: int, stop: int) -> np.ndarray:
+    """Rows start..stop-1 along the first grid axis of a grid field, wrapped periodically."""
+    n = array.shape[0]
+    rest = (slice(None),) * (len(array.shape) - 1)
+    parts, k = [], start
+    while k < stop:
+        i = k % n
+        m = min(stop - k, n - i)
+        parts.append(np.asarray(array[(slice(i, i + m),) + rest]))
+        k += m
+    return parts[0] if len(parts) == 1 else np.concatenate(parts, axis=0)
+
+
+def linked_directions(velocities: np.ndarray, mask, solid) -> list[bool]:
+    """Which directions i have a fluid node (not in ``solid``) whose upstream node x - c_i
+    (periodic) is in ``mask``. Arrays as ``np.roll`` over the whole grid; a ``GridField`` mask
+    or solid slab by slab along the first axis with one ghost row on each side (the result is
+    the same: a global fact every process needs before tracing the step)."""
+    c = np.asarray(velocities)
+    q, d = c.shape
+    if mask is None or not any_cells(mask):
+        return [False] * q
+    if not isinstance(mask, GridField) and not isinstance(solid, GridField):
+        mask, fluid = np.asarray(mask), ~np.asarray(solid)
+        out = []
+        for i in range(q):
+            up = np.roll(mask, tuple(int(v) for v in c[i]), axis=tuple(range(d)))
+            out.append(i != 0 and bool((up & fluid).any()))
+        return out
+    found = [False] * q
+    slabs = mask.slabs() if isinstance(mask, GridField) else solid.slabs()
+    for box in slabs:
+        a, b = box[0].start, box[0].stop
+        ext = _rows(mask, a - 1, b + 1)  # ghost rows a - 1 and b
+        fluid = ~_rows(solid, a, b)
+        for i in range(1, q):
+            if found[i]:
+                continue
+            c0 = int(c[i, 0])
+            # up[x] = mask[x - c_i]: rows a - c0 .. b - c0, i.e. ext rows 1 - c0 ..
+            up = ext[1 - c0 : 1 - c0 + (b - a)]
+            if d > 1:
+                up = np.roll(up, tuple(int(v) for v in c[i, 1:]), axis=tuple(range(1, d)))
+            found[i] = bool((up & fluid).any())
+    return found
