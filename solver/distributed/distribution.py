@@ -161,8 +161,8 @@ class Distribution:
         block, shards = decomposition.local_shape, decomposition.shards
         if self.backend == "mpi":
             halo = MpiHalo(decomposition, self.runtime.comm)
-            x = halo.coords[0]
-            return make_split_chunk(setup, block, halo, lambda: x, shards, *rates)
+            # this process's slab only: its wall links, from its planes of the geometry
+            return make_split_chunk(setup, block, halo, lambda: 0, [halo.coords[0]], *rates)
         name = decomposition.axis_names[0]
         local = make_split_chunk(
             setup, block, XlaHalo(decomposition), lambda: lax.axis_index(name), shards, *rates

@@ -74,11 +74,11 @@ def link_tables(
     plane = n // nx
     minus, plus = ghost_directions(setup)
     m = len(plus)
-    solid = np.asarray(setup.solid, bool)
-    wall = None if setup.wall_velocity is None else np.asarray(setup.wall_velocity)
-    # global x of the block's planes, with one ghost plane either side (periodic)
-    xs = (start + np.arange(-1, nx + 1)) % shape[0]
-    local = solid[xs]  # (nx + 2, *rest): the block and its ghosts
+    # the block's planes with one ghost plane either side (periodic): only these are built
+    local = _planes(setup.solid, start, nx, shape[0], 0).astype(bool)  # (nx + 2, *rest)
+    wall = None
+    if setup.wall_velocity is not None:
+        wall = _planes(setup.wall_velocity, start, nx, shape[0], 1)  # (d, nx + 2, *rest)
     rest = local.shape[1:]
 
     def slot(k: int, lx: np.ndarray, rest_index: np.ndarray) -> np.ndarray:
@@ -97,7 +97,7 @@ def link_tables(
     def ladd(k: int, sx: np.ndarray, s_rest: np.ndarray) -> np.ndarray:
         if wall is None:
             return np.zeros(len(sx))
-        u = wall[(slice(None), xs[sx + 1], *np.unravel_index(s_rest, rest))]  # (d, links)
+        u = wall[(slice(None), sx + 1, *np.unravel_index(s_rest, rest))]  # (d, links)
         return 6.0 * float(lat.w[k]) * (lat.c[k].astype(float) @ u)
 
     tables: dict[str, list] = {"own": [], "own_ladd": [], "shared": [], "shared_ladd": []}
@@ -133,6 +133,17 @@ def link_tables(
     )
 
 
+def _planes(field, start: int, nx: int, extent: int, axis: int) -> np.ndarray:
+    """Planes start - 1 .. start + nx of ``field`` along ``axis`` (x), periodic, as one array:
+    a lazy field (``GridField``) builds only these."""
+
+    def cut(lo: int, hi: int) -> np.ndarray:
+        return np.asarray(field[(slice(None),) * axis + (slice(lo, hi),)])
+
+    low, high = (start - 1) % extent, (start + nx) % extent
+    return np.concatenate([cut(low, low + 1), cut(start, start + nx), cut(high, high + 1)], axis)
+
+
 def _stacked(tables: list[np.ndarray], width: tuple[int, ...]) -> np.ndarray:
     """Per-shard tables padded with zeros to one length and stacked: (shards, longest, *width)
     (a zero link (0, 0) is padding: its two slots are equal)."""
@@ -148,15 +159,18 @@ def make_split_chunk(
     block: Sequence[int],
     halo: Halo,
     shard: Callable[[], Array | int],
-    shards: int,
+    shards: int | Sequence[int],
     omega_minus: float,
     les_scale: float,
 ) -> Callable[[FluidState, FluidGeometry, int], tuple[FluidState, Array]]:
     """chunk(state, geometry, n) on this shard's block (cells per axis; the grid split along x
-    only into ``shards`` slabs), the signature of ``solver.fluid.step.make_chunk``.
+    only into slabs), the signature of ``solver.fluid.step.make_chunk``.
 
-    ``shard()`` is this shard's index along x (traced inside ``shard_map``), ``halo`` carries
-    the blocks between the neighbours; the rates are those of ``make_inplace_chunk``.
+    ``shards``: the number of slabs, every one of which may run this program (inside
+    ``shard_map``), or the x indices of the only ones that will (one process per slab: its
+    own); ``shard()`` is the position of this shard's among them (traced inside
+    ``shard_map``). ``halo`` carries the blocks between the neighbours; the rates are those of
+    ``make_inplace_chunk``.
     """
     lat, dtype = setup.lattice, jnp.dtype(setup.dtype)
     stored = jnp.dtype(setup.storage_dtype)
@@ -166,15 +180,17 @@ def make_split_chunk(
     m = len(ghost_directions(setup)[1])
     has_solid = setup.solid is not None and bool(np.any(setup.solid))
     if has_solid:
-        per_shard = [link_tables(setup, block, p * nx) for p in range(shards)]
+        slabs = range(shards) if isinstance(shards, int) else shards
+        per_shard = [link_tables(setup, block, p * nx) for p in slabs]
         # int64 slots travel as uint32 words (no int64 without x64 mode); the kernel reads int64
         own = _stacked([t[0] for t in per_shard], (2,)).view(np.uint32)
         own_ladd = _stacked([t[1] for t in per_shard], ())
         shared = _stacked([t[2] for t in per_shard], (2,)).view(np.uint32)
         shared_ladd = _stacked([t[3] for t in per_shard], ())
     else:
-        own = shared = np.zeros((shards, 1, 4), np.uint32)
-        own_ladd = shared_ladd = np.zeros((shards, 1))
+        count = shards if isinstance(shards, int) else len(shards)
+        own = shared = np.zeros((count, 1, 4), np.uint32)
+        own_ladd = shared_ladd = np.zeros((count, 1))
     axes = [0, 1, 2] if lat.d == 3 else [0, 2]
     low, high = (1,) + (0,) * (lat.d - 1), (-1,) + (0,) * (lat.d - 1)
 
