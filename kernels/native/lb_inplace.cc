@@ -456,6 +456,29 @@ void run_chunk(S* A, const uint8_t* solid, const int64_t* slots, const T* ladd, 
   if (SOLID) rest_in_solids<L, S, T>(A, solid, g);
 }
 
+// The rates of one run, from the handler's attributes (trt_magic < 0: BGK).
+template <class T>
+Rates<T> rates_of(double omega_plus, double omega_minus, double les_scale, double trt_magic) {
+  const double tau0 = 1.0 / omega_plus;
+  return Rates<T>{T(omega_plus), T(omega_minus), T(tau0), T(tau0 * tau0), T(les_scale),
+                  T(trt_magic), T(trt_magic >= 0 ? 1 : 0)};
+}
+
+// run(walls, force, les) with each flag as a compile-time constant (std::true_type or
+// std::false_type): one instantiation per combination
+template <class Run>
+void dispatch(bool walls, bool force, bool les, Run run) {
+  using yes = std::true_type;
+  using no = std::false_type;
+  const auto with_les = [&](auto solid_c, auto force_c) {
+    les ? run(solid_c, force_c, yes{}) : run(solid_c, force_c, no{});
+  };
+  const auto with_force = [&](auto solid_c) {
+    force ? with_les(solid_c, yes{}) : with_les(solid_c, no{});
+  };
+  walls ? with_force(yes{}) : with_force(no{});
+}
+
 // ---- The chunk split over devices along x, one phase per FFI call: the halo exchange runs in
 // JAX between the calls (docs/performance.md, "The in-place scheme on several devices").
 // Ghost planes live in the exchange buffer G (Grid::at). Link slots index A (below q n) or G
@@ -634,23 +657,12 @@ ffi::Error phase_impl(ffi::AnyBuffer populations, ffi::AnyBuffer exchange, ffi::
   const T* shl = static_cast<const T*>(shared_ladd.untyped_data());
   const T zero[3] = {0, 0, 0};
   const T* F = forced ? static_cast<const T*>(force.untyped_data()) : zero;
-  const double tau0 = 1.0 / omega_plus;
-  const Rates<T> r{T(omega_plus), T(omega_minus), T(tau0), T(tau0 * tau0), T(les_scale),
-                   T(trt_magic), T(trt_magic >= 0 ? 1 : 0)};
-  using yes = std::true_type;
-  using no = std::false_type;
-  const auto go = [&](auto solid_c, auto force_c, auto les_c) {
+  const Rates<T> r = rates_of<T>(omega_plus, omega_minus, les_scale, trt_magic);
+  dispatch(walls, forced, les_scale > 0, [&](auto solid_c, auto force_c, auto les_c) {
     run_phase<L, S, T, decltype(solid_c)::value, decltype(force_c)::value,
               decltype(les_c)::value>(phase, unpack_first != 0, A, G, P, s, ow, owl, own_links, sh,
                                       shl, shared_links, g, F, r);
-  };
-  const auto with_les = [&](auto solid_c, auto force_c) {
-    les_scale > 0 ? go(solid_c, force_c, yes{}) : go(solid_c, force_c, no{});
-  };
-  const auto with_force = [&](auto solid_c) {
-    forced ? with_les(solid_c, yes{}) : with_les(solid_c, no{});
-  };
-  walls ? with_force(yes{}) : with_force(no{});
+  });
   return ffi::Error::Success();
 }
 
@@ -659,15 +671,8 @@ ffi::Error chunk_impl(ffi::AnyBuffer populations, ffi::AnyBuffer solid, ffi::Any
                       ffi::AnyBuffer ladd, ffi::AnyBuffer forces, ffi::Result<ffi::AnyBuffer> out,
                       int64_t steps, double omega_plus, double omega_minus, int64_t walls,
                       int64_t force, double les_scale, double trt_magic) {
-  auto dims = populations.dimensions();
-  if (dims.size() != static_cast<size_t>(L::D + 1) || dims[0] != L::Q) {
-    return ffi::Error::InvalidArgument("populations must be (q, *shape) of the kernel's lattice");
-  }
   Grid g{};
-  g.nx = dims[1];
-  g.ny = L::D == 3 ? dims[2] : 1;
-  g.nz = L::D == 3 ? dims[3] : dims[2];
-  g.n = g.nx * g.ny * g.nz;
+  if (auto e = grid_of<L>(populations, g); e.failure()) return e;
   S* A = static_cast<S*>(out->untyped_data());
   const S* in = static_cast<const S*>(populations.untyped_data());
   if (populations.size_bytes() != static_cast<size_t>(L::Q * g.n) * sizeof(S)) {
@@ -692,23 +697,11 @@ ffi::Error chunk_impl(ffi::AnyBuffer populations, ffi::AnyBuffer solid, ffi::Any
   const T* la = static_cast<const T*>(ladd.untyped_data());
   const T* F = static_cast<const T*>(forces.untyped_data());
   // tau0 and tau0^2 in double, then rounded once, as the XLA step's Python scalars
-  const double tau0 = 1.0 / omega_plus;
-  const Rates<T> r{T(omega_plus), T(omega_minus), T(tau0), T(tau0 * tau0), T(les_scale),
-                   T(trt_magic), T(trt_magic >= 0 ? 1 : 0)};
-  // one instantiation per combination of walls, force and subgrid model
-  using yes = std::true_type;
-  using no = std::false_type;
-  const auto go = [&](auto solid_c, auto force_c, auto les_c) {
+  const Rates<T> r = rates_of<T>(omega_plus, omega_minus, les_scale, trt_magic);
+  dispatch(walls, force, les_scale > 0, [&](auto solid_c, auto force_c, auto les_c) {
     run_chunk<L, S, T, decltype(solid_c)::value, decltype(force_c)::value,
               decltype(les_c)::value>(A, s, sl, la, links, g, F, steps, r);
-  };
-  const auto with_les = [&](auto solid_c, auto force_c) {
-    les_scale > 0 ? go(solid_c, force_c, yes{}) : go(solid_c, force_c, no{});
-  };
-  const auto with_force = [&](auto solid_c) {
-    force ? with_les(solid_c, yes{}) : with_les(solid_c, no{});
-  };
-  walls ? with_force(yes{}) : with_force(no{});
+  });
   return ffi::Error::Success();
 }
 
