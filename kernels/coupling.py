@@ -20,8 +20,10 @@ so fluid plus bodies conserve momentum exactly. Cells change between fluid and s
 moves across the grid, unlike bounce-back with refill.
 
 Bodies reach the grid through a stencil: the cells of a cube of S^d cells per body starting at
-``base`` (the cell index of its lower corner) that the body may cover. Fields of many
-bodies are summed into the grid by scatter-add; per-body totals come back by gather. All
+``base`` (the cell index of its lower corner) that the body may cover. The covered cells are
+listed once each in slots (``cover_slots``), where the fields of many bodies are summed and
+the blend runs, or, where bodies cover much of the block, summed into the whole grid
+(``scatter_rows``); per-body totals come back by gather. All
 functions are pure and run unchanged on one shard's block (``origin``: the block's first cell
 in the global grid) inside ``shard_map``.
 """
@@ -200,12 +202,82 @@ def local_flat_index(
     return jnp.where(inside, flat, size)
 
 
-def scatter_rows(values: Array, flat: Array, size: int) -> Array:
-    """Sum per-stencil-cell rows into a (size, k) table of the block's cells: (n, m, k) ->
-    (size, k); cells outside the block (flat index = size) are dropped.
+def cover_capacity(radii: Sequence[float], stencil: int) -> int:
+    """The most cells a sphere of one of these radii (cells) covers (``sphere_fraction`` > 0),
+    for any position of its centre, and at most ``stencil`` (its stencil's cells): the slots
+    per body of ``cover_slots``. About 0.7 of the stencil for r = 2 to 4.
 
-    One scatter of k-wide rows, not k scatters of one value: XLA:CPU's scatter loop costs per
-    index, so the rows cost about what one field did (docs/performance.md)."""
+    A sphere covers the cells o with |o - x| < r + 1/2. The lattice is symmetric about every
+    half-integer plane, so centres x in [0, 1/2]^3 cover every case; each such x lies within
+    h sqrt(3)/2 of a point s of a grid of spacing h = 1/16, so its cells lie within
+    r + 1/2 + h sqrt(3)/2 of s: the count over those spheres about every s bounds it (a few
+    cells above the exact maximum)."""
+    h = 0.0625
+    samples = np.array(list(itertools.product(np.arange(0.0, 0.5 + h / 2, h), repeat=3)))
+    most = 0
+    for radius in np.unique(np.round(np.asarray(radii, float), 12)):
+        reach = radius + 0.5 + h * np.sqrt(3.0) / 2.0
+        span = np.arange(-int(np.ceil(reach)) - 1, int(np.ceil(reach)) + 2)
+        points = np.array(list(itertools.product(span, repeat=3)), float)
+        for sample in samples:
+            distance = np.sqrt(np.sum((points - sample) ** 2, axis=1))
+            most = max(most, int(np.sum(distance < reach)))
+    return min(most, stencil)
+
+
+def cover_slots(
+    flat: Array, eps: Array, size: int, capacity: int, solid: Array | None = None
+) -> tuple[Array, Array]:
+    """The cells the bodies cover, each once: a list of ``capacity`` slots per body.
+
+    A cell in the stencils of several bodies (near bodies' stencils overlap) is held by the
+    first of its stencil entries that covers it, in a slot of that entry's body; the PSM blend
+    then runs on the slots, n ``capacity`` of them (``cover_capacity``: every body has room
+    for all the cells it covers), rather than on the whole grid. Slots left over name no cell.
+
+    Args:
+        flat: (n, m) flat indices of the stencil entries' cells in the block (``size``:
+            outside the block).
+        eps: (n, m) the entries' cover; an entry with eps = 0 covers nothing.
+        size: the number of cells of the block.
+        solid: (*block) bool, the fluid's own walls, which take no body (None: none).
+
+    Returns:
+        (cells, slot): cells (n capacity,) the cell each slot holds (``size``: none); slot
+        (n m,) the slot of each entry's cell (n capacity: the entry covers nothing).
+    """
+    n, m = flat.shape
+    flat, eps = flat.reshape(-1), eps.reshape(-1)
+    valid = (flat < size) & (eps > 0)
+    if solid is not None:
+        valid = valid & ~solid.reshape(-1).at[flat].get(mode="fill", fill_value=True)
+    entry = jnp.arange(n * m, dtype=jnp.int32)
+    first = jnp.full((size,), n * m, jnp.int32).at[jnp.where(valid, flat, size)].min(entry)
+    owner = jnp.where(valid, first.at[flat].get(mode="fill", fill_value=0), n * m)
+    holds = (owner == entry).reshape(n, m)
+    # the cells a body holds go to its slots in stencil order
+    rank = jnp.cumsum(holds.astype(jnp.int32), axis=1) - 1
+    body = jnp.arange(n, dtype=jnp.int32)[:, None] * capacity
+    slot_of_entry = jnp.where(holds, body + rank, n * capacity).reshape(-1)
+    cells = jnp.full((n * capacity,), size, jnp.int32).at[slot_of_entry].set(flat, mode="drop")
+    slot = slot_of_entry.at[owner].get(mode="fill", fill_value=n * capacity)
+    return cells, slot
+
+
+def slot_sums(rows: Array, slot: Array, slots: int) -> Array:
+    """(slots, w) sums of the entries' rows (k, w) into their slots (``cover_slots``); entries
+    of no slot (index ``slots``) are dropped. Rows add in the entries' order, as a scatter into
+    the grid would.
+
+    One scatter of w-wide rows, not w scatters of one value: XLA:CPU's scatter loop costs per
+    index (docs/performance.md)."""
+    return jnp.zeros((slots, rows.shape[-1]), rows.dtype).at[slot].add(rows, mode="drop")
+
+
+def scatter_rows(values: Array, flat: Array, size: int) -> Array:
+    """Sum per-stencil-cell rows into a (size, k) table of the block's cells: (..., k) ->
+    (size, k); cells outside the block (flat index = size) are dropped. One scatter of k-wide
+    rows, not k scatters of one value."""
     k = values.shape[-1]
     return (
         jnp.zeros((size, k), values.dtype)
@@ -214,9 +286,20 @@ def scatter_rows(values: Array, flat: Array, size: int) -> Array:
     )
 
 
+def gather_cells(f: Sequence[Array], cells: Array, fill: Sequence[float]) -> list[Array]:
+    """q arrays (k,): each field f_i (*block) at the cells (k,) (flat indices; the block's
+    size: none, where f_i takes ``fill[i]``, e.g. the lattice weights, which keep the moments
+    finite). A field that is an expression (the fluid step's pull: slices of the padded
+    buffers) is not copied first: XLA fuses it into the gather, evaluated at the cells only."""
+    return [
+        fi.reshape(-1).at[cells].get(mode="fill", fill_value=float(w))
+        for fi, w in zip(f, fill, strict=True)
+    ]
+
+
 def gather_rows(table: Array, flat: Array) -> Array:
-    """Rows of a materialised (size, k) table at per-stencil-cell flat indices: (n, m, k);
-    zero where the index is ``size`` (outside the block).
+    """Rows of a materialised (size, k) table at flat indices (...,): (..., k); zero where the
+    index is ``size`` (outside the block, or no slot).
 
     The coupled step gathers from tables it has materialised anyway (the moments, the summed
     cover) rather than from derived fields: XLA fuses a derived field's arithmetic into the
@@ -238,7 +321,7 @@ def cover_force(
 
     Args:
         moments: (..., d+1) rho and the force-shifted u of the cells (``moment_table``).
-        cover: (..., d+1) the cells' summed cover eps_total and eps u_s (``scatter_rows``).
+        cover: (..., d+1) the cells' summed cover eps_total and eps u_s (``slot_sums``).
         body_force: d scalars, the fluid's body force density F (None: none).
     """
     d = moments.shape[-1] - 1

@@ -7,6 +7,7 @@ fluid density 1), so the body's SI values are lattice values and the checks are 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import jax
@@ -23,7 +24,7 @@ from solver.app import enable_precision
 from solver.bodies import step as bs
 from solver.coupling.step import PsmCoupling
 from solver.errors import ConfigError
-from solver.fluid.setup import FluidSetup
+from solver.fluid.setup import BodyForce, FluidSetup
 from solver.fluid.step import SINGLE, initial_state, make_coupled_chunk, make_geometry
 
 N = 14  # periodic box of N^3 cells
@@ -81,10 +82,10 @@ def run(bodies: Bodies, fluid_velocity, steps: int, gravity=(0.0, 0.0, 0.0), ave
 
 def run_with(
     setup_bodies: bs.BodySetup, bodies: Bodies, fluid_velocity, steps: int, volume=None,
-    average=True,
+    average=True, setup: FluidSetup | None = None,
 ):  # fmt: skip
     """``run`` for any body set-up (clumps: ``volume`` (n,) cells^3 each displaces)."""
-    setup = fluid_setup()
+    setup = fluid_setup() if setup is None else setup
     coupling = PsmCoupling(
         bodies=setup_bodies, substeps=1, dx=1.0, dt=1.0, origin=(0.0, 0.0, 0.0),
         fluid_density=1.0, average_force=average, tracked=setup_bodies.n_bodies, volume=volume,
@@ -138,6 +139,45 @@ def test_compact_stencil_holds_every_covered_cell(radii):
     assert float(full.min()) > 0.9 * 4.0 / 3.0 * math.pi * min(radii) ** 3
     np.testing.assert_allclose(psm.sphere_fraction(centre, radius, kept).sum(axis=1), full,
                                rtol=1e-13)  # fmt: skip
+
+
+@pytest.mark.parametrize("radii", [[2.0], [1.5, 3.0, 4.25]])
+def test_cover_capacity_holds_every_covered_cell(radii):
+    """No sphere covers more cells than the slots the coupled step gives it, wherever its
+    centre lies; the slots are well below the stencil's cells."""
+    size = psm.stencil_size(max(radii))
+    offsets = psm.stencil_offsets(size, 3, radii)
+    capacity = psm.cover_capacity(radii, len(offsets))
+    assert capacity < 0.8 * len(offsets)
+    rng = np.random.default_rng(2)
+    centre = jnp.asarray(rng.uniform(10.0, 11.0, (2000, 3)))
+    radius = jnp.asarray(rng.choice(radii, 2000))
+    cells = psm.stencil_base(centre, radius)[:, None, :] + jnp.asarray(offsets)[None]
+    covered = np.asarray(psm.sphere_fraction(centre, radius, cells) > 0).sum(axis=1)
+    assert covered.max() <= capacity
+    assert covered.max() >= 0.9 * capacity, "the bound is a few cells above the most covered"
+
+
+def test_the_blend_on_the_covered_cells_equals_the_blend_over_the_grid(monkeypatch):
+    """The coupled step blends on a list of the covered cells (slots) or over every cell
+    (``SLOTS_PER_CELL`` chooses); both give the same fluid and bodies to round-off: three
+    spheres, two of them with overlapping stencils, one across the periodic edges, moving
+    through a moving fluid with a body force."""
+    from solver.coupling import step as coupling_step
+
+    position = [[7.3, 7.1, 6.9], [7.2, 7.3, 13.4], [0.2, 13.7, 6.5]]
+    velocity = [[0.01, -0.02, 0.005], [0.0, 0.01, -0.01], [-0.01, 0.0, 0.02]]
+    runs = {}
+    for share in (0.0, 1e9):
+        monkeypatch.setattr(coupling_step, "SLOTS_PER_CELL", share)
+        setup = dataclasses.replace(fluid_setup(), body_force=BodyForce((1e-5, 0.0, -2e-5)))
+        runs[share] = run_with(body_setup(3), spheres(position, velocity), (0.02, 0.01, 0.0),
+                               4, setup=setup)  # fmt: skip
+    (grid_state, _, grid_track, _), (slot_state, _, slot_track, _) = runs[0.0], runs[1e9]
+    np.testing.assert_allclose(slot_state.populations, grid_state.populations, rtol=0,
+                               atol=ROUND_OFF)  # fmt: skip
+    np.testing.assert_allclose(slot_track, grid_track, rtol=0, atol=ROUND_OFF)
+    assert np.abs(grid_track[:, :, 6:9]).min(axis=0).max() > 1e-6, "the spheres feel a force"
 
 
 def test_psm_weight_limits():

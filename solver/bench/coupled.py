@@ -8,17 +8,19 @@ on a jittered simple-cubic lattice (no contacts, no gravity, one body step per f
 fluid carries a small shear wave so that every sphere feels a force). Count 0 is the plain fluid
 chunk (``solver.fluid.step.make_chunk``); the others the coupled chunk
 (``make_coupled_chunk`` with ``PsmCoupling``), each jitted with the state donated as the run
-loop does, one warm-up call, then ``repeats`` timed chunks of ``steps`` steps, each right after
-one run of the memory-copy probe of ``solver.bench``. A chunk has fixed costs at its start and
-end (the first collision reads the stacked state, the last pull writes it back): at 64^3 about
-15 ms for the fluid-only chunk and more for the coupled one, so chunks of 10 steps measured
-them as much as the step. The default of 100 steps (a typical output interval of a run)
-measures the step. Reported per count: MLUPS (median), the
-fraction of the fluid-only MLUPS, the solid fraction, and the time the bodies add per step and
-per body (how the cost grows with n). The issue's goal: >= 70 % of the fluid-only MLUPS at 1,000
-spheres. The spheres barely move in the timed steps, so the Verlet pair table (skin 1 cell) is
-not rebuilt after the first step: the rows show the rebuilds; a rebuild costs about a body step
-more (the cell list and the 27-cell search).
+loop does, and one warm-up call. Then ``repeats`` rounds: one run of the memory-copy probe of
+``solver.bench`` and one timed chunk of ``steps`` steps of every count in turn, so that a load
+on the machine that comes and goes falls on all counts alike. A chunk has fixed costs at its
+start and end (the first collision reads the stacked state, the last pull writes it back): at
+64^3 about 15 ms for the fluid-only chunk and more for the coupled one, so chunks of 10 steps
+measured them as much as the step. The default of 100 steps (a typical output interval of a
+run) measures the step. Reported per count: MLUPS (median, and the slowest and fastest
+round), the fraction of the fluid-only MLUPS (the median over the rounds of the fluid-only
+chunk's time over this count's in the same round, and its range), the solid fraction, and
+the time the bodies add per step and per body (how the cost grows with n). The issue's goal:
+>= 70 % of the fluid-only MLUPS at 1,000 spheres. The spheres barely move in the timed steps,
+so the Verlet pair table (skin 1 cell) is not rebuilt after the first step: the rows show the
+rebuilds; a rebuild costs about a body step more (the cell list and the 27-cell search).
 """
 
 from __future__ import annotations
@@ -55,8 +57,10 @@ class CoupledBenchRow:
     solid_fraction: float
     cells: int
     steps: int
-    mlups: float
-    fraction_of_fluid: float
+    mlups: float  # median over the repeats
+    mlups_range: tuple[float, float]  # slowest and fastest repeat
+    fraction_of_fluid: float  # median over the repeats of t_fluid / t_coupled, same round
+    fraction_range: tuple[float, float]
     body_seconds_per_step: float
     body_microseconds_per_sphere_step: float
     bandwidth_gbs: float
@@ -117,40 +121,48 @@ def build(edge: int, count: int, radius: float):
     return setup, coupling, state, geometry, extra
 
 
-def bench_count(edge: int, count: int, radius: float, steps: int, repeats: int, copy_run):
-    setup, coupling, state, geometry, extra = build(edge, count, radius)
-    start = time.perf_counter()
-    if coupling is None:
-        chunk = jax.jit(fluid_step.make_chunk(setup), static_argnums=2, donate_argnums=0)
+class Timed:
+    """One count's jitted chunk and its carry, compiled and warmed up: ``once()`` times one
+    chunk of ``steps`` steps (seconds)."""
 
-        def advance(carry):
-            return (chunk(carry[0], geometry, steps)[0], None)
-    else:
-        make = fluid_step.make_coupled_chunk(setup, fluid_step.SINGLE, coupling)
-        chunk = jax.jit(make, static_argnums=2, donate_argnums=(0, 3))
+    def __init__(self, edge: int, count: int, radius: float, steps: int):
+        setup, coupling, state, geometry, extra = build(edge, count, radius)
+        self.setup, self.coupling, self.count, self.steps = setup, coupling, count, steps
+        self.solid = count * 4.0 / 3.0 * math.pi * radius**3 / setup.cells
+        start = time.perf_counter()
+        if coupling is None:
+            chunk = jax.jit(fluid_step.make_chunk(setup), static_argnums=2, donate_argnums=0)
 
-        def advance(carry):
-            new_state, _, new_extra, _ = chunk(carry[0], geometry, steps, carry[1])
-            return (new_state, new_extra)
+            def advance(carry):
+                return (chunk(carry[0], geometry, steps)[0], None)
+        else:
+            make = fluid_step.make_coupled_chunk(setup, fluid_step.SINGLE, coupling)
+            chunk = jax.jit(make, static_argnums=2, donate_argnums=(0, 3))
 
-    carry = advance((state, extra))
-    jax.block_until_ready(carry)
-    compile_s = time.perf_counter() - start
-    seconds, bandwidths = [], []
-    for _ in range(repeats):
-        bandwidths.append(copy_run())
+            def advance(carry):
+                new_state, _, new_extra, _ = chunk(carry[0], geometry, steps, carry[1])
+                return (new_state, new_extra)
+
+        self.advance = advance
+        self.carry = advance((state, extra))
+        jax.block_until_ready(self.carry)
+        self.compile_s = time.perf_counter() - start
+        self.seconds: list[float] = []
+
+    def once(self) -> float:
         t0 = time.perf_counter()
-        carry = advance(carry)
-        jax.block_until_ready(carry)
-        seconds.append(time.perf_counter() - t0)
-    if not bool(jnp.all(jnp.isfinite(carry[0].populations))):
-        raise FloatingPointError(f"{count} spheres: non-finite populations")
-    cells = setup.cells
-    bandwidth = statistics.median(bandwidths)
-    solid = count * 4.0 / 3.0 * math.pi * radius**3 / cells
-    rebuilds = 0 if coupling is None else int(carry[1].state.rebuilds)
-    mlups = cells * steps / statistics.median(seconds) / 1e6
-    return cells, solid, mlups, bandwidth, compile_s, rebuilds, (repeats + 1) * steps
+        self.carry = self.advance(self.carry)
+        jax.block_until_ready(self.carry)
+        self.seconds.append(time.perf_counter() - t0)
+        return self.seconds[-1]
+
+    def finish(self) -> tuple[int, int]:
+        """(pair-table rebuilds, body steps); raises on a non-finite state."""
+        if not bool(jnp.all(jnp.isfinite(self.carry[0].populations))):
+            raise FloatingPointError(f"{self.count} spheres: non-finite populations")
+        rebuilds = 0 if self.coupling is None else int(self.carry[1].state.rebuilds)
+        self.carry = None  # frees the grid
+        return rebuilds, (len(self.seconds) + 1) * self.steps
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -166,40 +178,60 @@ def main(argv: list[str] | None = None) -> int:
     if 0 not in counts:
         counts = [0, *counts]
     copy_run = measure_copy("float32")
-    rows: list[CoupledBenchRow] = []
-    fluid_mlups = None
     print(f"coupled step, D3Q19 TRT float32, {args.edge}^3 periodic, sphere radius "
           f"{args.radius:g} cells; {os.cpu_count()} cores, JAX {jax.__version__} on "
           f"{jax.devices()[0].device_kind}")  # fmt: skip
-    for count in sorted(counts):
-        cells, solid, mlups, bandwidth, compile_s, rebuilds, body_steps = bench_count(
-            args.edge, count, args.radius, args.steps, args.repeats, copy_run
-        )
-        if count == 0:
-            fluid_mlups = mlups
-        body_seconds = cells / (mlups * 1e6) - cells / (fluid_mlups * 1e6)
+    counts = sorted(counts)
+    timed = [Timed(args.edge, count, args.radius, args.steps) for count in counts]
+    # round robin: every repeat times each count once, right after one run of the copy probe,
+    # so that a load on the machine that comes and goes falls on all counts alike
+    bandwidths = []
+    for _ in range(args.repeats):
+        bandwidths.append(copy_run())
+        for t in timed:
+            t.once()
+    fluid = timed[0]
+    bandwidth = statistics.median(bandwidths)
+    rows: list[CoupledBenchRow] = []
+    for t in timed:
+        rebuilds, body_steps = t.finish()
+        solid = t.solid
+        cells = t.setup.cells
+        mlups = cells * args.steps / statistics.median(t.seconds) / 1e6
+        # per repeat against the fluid-only chunk of the same round
+        fractions = [f / c for f, c in zip(fluid.seconds, t.seconds, strict=True)]
+        body_seconds = statistics.median(t.seconds) - statistics.median(fluid.seconds)
+        body_seconds /= args.steps
         row = CoupledBenchRow(
-            spheres=count,
+            spheres=t.count,
             radius_cells=args.radius,
             solid_fraction=solid,
             cells=cells,
             steps=args.steps,
             mlups=mlups,
-            fraction_of_fluid=mlups / fluid_mlups,
+            mlups_range=(
+                cells * args.steps / max(t.seconds) / 1e6,
+                cells * args.steps / min(t.seconds) / 1e6,
+            ),
+            fraction_of_fluid=statistics.median(fractions),
+            fraction_range=(min(fractions), max(fractions)),
             body_seconds_per_step=body_seconds,
-            body_microseconds_per_sphere_step=1e6 * body_seconds / count if count else 0.0,
+            body_microseconds_per_sphere_step=1e6 * body_seconds / t.count if t.count else 0.0,
             bandwidth_gbs=bandwidth / 1e9,
             roofline_mlups=bandwidth / (2 * D3Q19.q * 4) / 1e6,
-            compile_s=compile_s,
+            compile_s=t.compile_s,
             pair_rebuilds=rebuilds,
             body_steps=body_steps,
         )
         rows.append(row)
-        print(f"{count:>6} spheres  solid {100 * solid:5.2f} %  {mlups:7.2f} MLUPS  "
-              f"{100 * row.fraction_of_fluid:5.1f} % of fluid-only  bodies "
-              f"{1e3 * body_seconds:7.2f} ms/step ({row.body_microseconds_per_sphere_step:.2f} "
-              f"us per sphere)  pair table rebuilt {rebuilds}/{body_steps} steps  roofline "
-              f"{row.roofline_mlups:.1f} MLUPS  compile {compile_s:.1f} s", flush=True)  # fmt: skip
+        low, high = row.fraction_range
+        print(f"{t.count:>6} spheres  solid {100 * solid:5.2f} %  {mlups:7.2f} MLUPS "
+              f"({row.mlups_range[0]:.1f}-{row.mlups_range[1]:.1f})  "
+              f"{100 * row.fraction_of_fluid:5.1f} % of fluid-only ({100 * low:.1f}-"
+              f"{100 * high:.1f})  bodies {1e3 * body_seconds:7.2f} ms/step "
+              f"({row.body_microseconds_per_sphere_step:.2f} us per sphere)  pair table "
+              f"rebuilt {rebuilds}/{body_steps} steps  roofline {row.roofline_mlups:.1f} MLUPS"
+              f"  compile {t.compile_s:.1f} s", flush=True)  # fmt: skip
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"host": platform.node(), "rows": [asdict(r) for r in rows]}, f, indent=1)

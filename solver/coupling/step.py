@@ -2,11 +2,14 @@
 
 One fluid step of a coupled run, inside the fluid chunk (``solver.fluid.step``) at its collision:
     1. the bodies at time t are put on the grid: each sphere's (each clump member's) solid
-       fraction and velocity v + omega x r on the cells of its stencil, summed into the block
-       (scatter-add) and masked by the fluid's walls;
-    2. the fluid's own operator (BGK, TRT, with its forcing) and the PSM blend
-       (kernels/coupling.py) give the post-collision populations and the force on the solid
-       in every cell;
+       fraction and velocity v + omega x r on the cells of its stencil, summed per covered
+       cell (each held once, in a fixed number of slots per sphere) and masked by the fluid's
+       walls;
+    2. every cell takes the fluid's own operator (BGK, TRT, with its forcing); the covered
+       cells take the PSM blend (kernels/coupling.py), computed on the slots and written over
+       the fluid's result (``patch``), which gives the force on the solid there. Where the
+       slots would outnumber ``SLOTS_PER_CELL`` of the block's cells the cover is summed into
+       the whole block instead and the blend runs over every cell (cheaper there);
     3. each sphere gathers its share of the cells' force and torque (its fraction over the
        cell's total); a clump sums its members' forces and their torques about its centre of
        mass; the sums run over all shards;
@@ -36,10 +39,20 @@ from kernels.materialise import materialised
 from kernels.rigid_body import angular_velocity
 from solver.bodies.step import BodySetup, BodyState, body_step
 from solver.distributed.halo import Halo
-from solver.fluid.collide import OPERATORS, CollisionParams, body_force_at, moment_table
+from solver.fluid.collide import (
+    OPERATORS,
+    CollisionParams,
+    body_force_at,
+    make_collide,
+    moment_table,
+)
 from solver.fluid.setup import FluidSetup
 
 TRACK_FIELDS = 9  # position (3), velocity (3), hydrodynamic force (3) per tracked body
+# The PSM blend runs on a list of the covered cells (slots) unless the slots would be more than
+# this share of the block's cells: then over every cell, which costs less there (the crossover
+# measured on XLA:CPU: about 1/9, docs/performance.md)
+SLOTS_PER_CELL = 0.125
 
 
 @jax.tree_util.register_dataclass
@@ -136,10 +149,13 @@ class PsmCoupling:
         if setup.sponge is not None:
             raise ValueError("a sponge layer is not supported with moving bodies")
         operator = OPERATORS[setup.collision]
+        fluid_collide = make_collide(setup)
         params = CollisionParams.from_setup(setup)
         dtype = params.dtype
         tau = setup.tau
-        offsets = jnp.asarray(psm.stencil_offsets(self.stencil, lat.d, self.radius_cells))
+        offsets = psm.stencil_offsets(self.stencil, lat.d, self.radius_cells)
+        capacity = psm.cover_capacity(self.radius_cells, len(offsets))
+        offsets = jnp.asarray(offsets)
         radius = self.radius_cells
         origin = np.asarray(self.origin)
         velocity_scale = self.dt / self.dx
@@ -169,30 +185,19 @@ class PsmCoupling:
             flat = psm.local_flat_index(cells, halo.origin(block), block, setup.shape)
             cover = jnp.stack([eps] + [eps * (v[:, None, a] + spin[a]) for a in range(3)], -1)
             eps, rel, flat, cover = materialised((eps, rel, flat, cover), time)
-            table = psm.scatter_rows(cover, flat, size=int(np.prod(block)))
-            solid = geo.get("solid_interior")
-            if solid is not None:  # the fluid's own walls take no body
-                table = jnp.where(solid.reshape(-1, 1), 0.0, table)
-            eps_total = table[:, 0].reshape(block)
-            covered = jnp.where(eps_total > 0, eps_total, 1.0)
-            u_cell = [table[:, 1 + a].reshape(block) / covered for a in range(lat.d)]
-            weight = psm.psm_weight(eps_total, tau, self.weighting)
-
             force = body_force_at(setup, time)
-            both = moment_table(lat, f, force, dtype)
-            rho, u = both[..., 0], [both[..., 1 + a] for a in range(lat.d)]
-            fluid_post = operator(f, rho, u, force, params)
-            post, _ = psm.psm_blend(lat, f, fluid_post, rho, u, weight, u_cell, force)
-            post = tuple(p.astype(dtype) for p in post)
+            size = int(np.prod(block))
+            solid = geo.get("solid_interior")  # the fluid's own walls take no body
+            if eps.shape[0] * capacity > SLOTS_PER_CELL * size:
+                post, patch, rows = on_grid(f, time, flat, cover, solid, force)
+            else:
+                post, patch, rows = on_slots(f, time, flat, eps, cover, solid, force)
 
             # each body takes its cover's share eps / eps_total of a cell's force, from the
-            # moments and the cover gathered at its stencil (psm_blend's cell force, per cover)
-            rows = materialised(
-                (psm.gather_rows(both.reshape(-1, lat.d + 1), flat), psm.gather_rows(table, flat)),
-                time,
-            )
+            # moments and the summed cover at each stencil entry (psm_blend's cell force, per
+            # cover)
             per_cover = psm.cover_force(*rows, tau, self.weighting, force)
-            on_body = [eps * fa for fa in per_cover]
+            on_body = [eps * fa.reshape(eps.shape) for fa in per_cover]
             force_sum = jnp.stack([jnp.sum(fa, axis=1) for fa in on_body], -1)
             torque_sum = jnp.stack([jnp.sum(t, axis=1) for t in psm.cross(rel, on_body)], -1)
             hydro = halo.sum(
@@ -225,7 +230,48 @@ class PsmCoupling:
                 ],
                 axis=1,
             )
-            return post, CoupledBodies(state, force_si, torque_si), report
+            return post, patch, CoupledBodies(state, force_si, torque_si), report
+
+        def blend(f, both: Array, table: Array, force) -> tuple[Array, ...]:
+            """The PSM collision of cells (any shape X) from their populations f (q arrays
+            (*X)), moments ``both`` (*X, 4) and summed cover ``table`` (*X, 4)."""
+            rho, u = both[..., 0], [both[..., 1 + a] for a in range(lat.d)]
+            eps_total = table[..., 0]
+            covered = jnp.where(eps_total > 0, eps_total, 1.0)
+            u_cell = [table[..., 1 + a] / covered for a in range(lat.d)]
+            weight = psm.psm_weight(eps_total, tau, self.weighting)
+            fluid_post = operator(f, rho, u, force, params)
+            post, _ = psm.psm_blend(lat, f, fluid_post, rho, u, weight, u_cell, force)
+            return tuple(p.astype(dtype) for p in post)
+
+        def on_slots(f, time, flat, eps, cover, solid, force):
+            """The blend on the covered cells only, ``capacity`` slots per sphere; every other
+            cell takes the fluid's collision: (post, patch, the rows of the moments and the
+            summed cover at each stencil entry)."""
+            size = int(np.prod(f[0].shape))
+            cells, slot = psm.cover_slots(flat, eps, size, capacity, solid)
+            table = psm.slot_sums(cover.reshape(-1, 4), slot, cells.shape[0])
+            post = fluid_collide(f, time)  # every cell, as without bodies
+            f_cells = psm.gather_cells(f, cells, lat.w)
+            both = moment_table(lat, f_cells, force, dtype)  # (slots, 4)
+            table, both = materialised((table, both), time)
+            patch = (cells, blend(f_cells, both, table, force))
+            return post, patch, (psm.gather_rows(both, slot), psm.gather_rows(table, slot))
+
+        def on_grid(f, time, flat, cover, solid, force):
+            """The blend over every cell of the block (bodies cover much of it): (post, None,
+            the rows of the moments and the summed cover at each stencil entry)."""
+            block = f[0].shape
+            flat = flat.reshape(-1)
+            table = psm.scatter_rows(cover.reshape(-1, 4), flat, int(np.prod(block)))
+            if solid is not None:
+                table = jnp.where(solid.reshape(-1, 1), 0.0, table)
+            both = moment_table(lat, f, force, dtype)  # (*block, 4)
+            post = blend(f, both, table.reshape(*block, 4), force)
+            # gathered from the tables the step materialises anyway: a derived field's
+            # arithmetic would be fused into the gather and read every input at random
+            rows = (psm.gather_rows(both.reshape(-1, 4), flat), psm.gather_rows(table, flat))
+            return post, None, materialised(rows, time)
 
         return collide
 

@@ -42,10 +42,19 @@ from jax import Array, lax
 from kernels import storage as stored_form
 from kernels.equilibrium import density_velocity, equilibrium
 from kernels.lattices import CS2
+from kernels.materialise import materialised
 from solver.distributed.halo import Halo
 from solver.fluid.boundary_rules import Pull, plan_boundaries, stream
 from solver.fluid.collide import body_force_at, make_collide
-from solver.fluid.padded import SINGLE, ghost_regions, pad_with_halo, upstream, write_padded
+from solver.fluid.padded import (
+    SINGLE,
+    _ghost_routes,
+    ghost_regions,
+    pad_with_halo,
+    shift_blocks,
+    upstream,
+    write_padded,
+)
 from solver.fluid.setup import FluidSetup
 
 # the padded-buffer helpers and body_force_at lived here before the step was split into parts
@@ -234,10 +243,14 @@ def _codecs(setup: FluidSetup) -> tuple[list[Callable], list[Callable], Callable
 class StepCoupling(Protocol):
     """What couples other physics into the fluid step at its collision (solver.coupling).
 
-    ``bind(setup, halo)`` returns collide(f, time, extra, geo) -> (f_post, extra, report) for
-    one shard: ``f`` the q pre-collision arrays of its block, ``extra`` the coupled state (a
-    pytree replicated on every shard, e.g. the bodies), ``geo`` the step's geometry (its
-    "solid_interior": the block's solid mask or None), ``report`` a pytree recorded every step.
+    ``bind(setup, halo)`` returns collide(f, time, extra, geo) -> (f_post, patch, extra,
+    report) for one shard: ``f`` the q pre-collision arrays of its block, ``extra`` the coupled
+    state (a pytree replicated on every shard, e.g. the bodies), ``geo`` the step's geometry
+    (its "solid_interior": the block's solid mask or None), ``report`` a pytree recorded every
+    step. ``f_post`` is the post-collision state of every cell but those of ``patch`` = (cells,
+    values): cells (c,) int32 flat indices into the block (the block's size: no cell), values
+    q arrays (c,), the post-collision populations there, written over ``f_post`` before the
+    ghosts are filled (so a coupling that changes few cells costs no pass over the grid).
     """
 
     def bind(self, setup: FluidSetup, halo: Halo) -> Callable: ...
@@ -298,10 +311,17 @@ def _make_chunk(setup: FluidSetup, halo: Halo, coupling: StepCoupling | None) ->
         fluid_collide = make_collide(setup)
 
         def collide(f, time, extra, geo):
-            return fluid_collide(f, time, geo["sponge"]), extra, ()
+            return fluid_collide(f, time, geo["sponge"]), None, extra, ()
 
     else:
         collide = coupling.bind(setup, halo)
+
+    def write(dst, post: Sequence[Array], patch, time: Array) -> tuple[Array, ...]:
+        """Encoded ``post`` (and the coupling's ``patch`` over it) into the padded buffers."""
+        if patch is None:
+            return write_padded(dst, post, lat.c, halo)
+        cells, values = patch
+        return _write_patched(dst, post, cells, encoded(values), lat.c, halo, time)
 
     def pull(buffers: Sequence[Array], geo: dict, scratch: tuple, time: Array):
         """Pre-collision populations f_i(x, t) (q arrays (*shape)) at step ``time``, the
@@ -334,10 +354,10 @@ def _make_chunk(setup: FluidSetup, halo: Halo, coupling: StepCoupling | None) ->
         late and protects the buffer with q full copies per step.
         """
         pre, force, scratch = pull(src, geo, scratch, time)
-        post, extra, report = collide(pre, time, extra, geo)
+        post, patch, extra, report = collide(pre, time, extra, geo)
         if after is not None and plan.force is not None:
             post = tuple(p + 0.0 * after[0] for p in post)
-        dst = write_padded(dst, encoded(post), lat.c, halo)
+        dst = write(dst, encoded(post), patch, time)
         return dst, scratch, extra, force, report
 
     def padded_geometry(geometry: FluidGeometry) -> dict:
@@ -357,11 +377,11 @@ def _make_chunk(setup: FluidSetup, halo: Halo, coupling: StepCoupling | None) ->
     def chunk(state: FluidState, geometry: FluidGeometry, n: int, extra):
         geo = padded_geometry(geometry)
         t0 = state.time
-        post, extra, report = collide(state_populations(state), t0, extra, geo)
+        post, patch, extra, report = collide(state_populations(state), t0, extra, geo)
         reports = [jax.tree.map(lambda r: r[None], report)]
         # only the ghosts each direction's pull reads, as in every step
         post = encoded(post)
-        a = write_padded(tuple(jnp.pad(jnp.zeros_like(p), 1) for p in post), post, lat.c, halo)
+        a = write(tuple(jnp.pad(jnp.zeros_like(p), 1) for p in post), post, patch, t0)
         b = tuple(jnp.zeros_like(p) for p in a)
         forces = []
 
@@ -400,6 +420,47 @@ def _make_chunk(setup: FluidSetup, halo: Halo, coupling: StepCoupling | None) ->
         return new_state, forces, extra, reports
 
     return chunk
+
+
+def _write_patched(
+    buffers: Sequence[Array],
+    interiors: Sequence[Array],
+    cells: Array,
+    values: Sequence[Array],
+    offsets: Sequence[Sequence[int]],
+    halo: Halo,
+    time: Array,
+) -> tuple[Array, ...]:
+    """``write_padded`` with the values of a few cells replaced: each interior (*shape) is
+    stored, then ``values[i]`` (c,) are scattered over it at the flat block indices ``cells``
+    (c,) (the block's size: dropped), then the ghosts are filled from the buffers' own interiors.
+
+    The ghost blocks are sliced from the patched buffer (one face of it each), so that a patched
+    cell on a face reaches its neighbour through the same halo as any other cell; the slices are
+    materialised before the ghosts are written (were XLA to fuse a slice into the write of the
+    same buffer, it would copy the whole buffer)."""
+    shape = tuple(interiors[0].shape)
+    d = len(shape)
+    padded = tuple(n + 2 for n in shape)
+    out = [
+        lax.dynamic_update_slice(b, x, (1,) * d) for b, x in zip(buffers, interiors, strict=True)
+    ]
+    # the cells' padded coordinates (past the buffer where there is no cell: dropped)
+    size = int(np.prod(shape))
+    coords, rest = [], cells
+    for a in reversed(range(d)):
+        coords.append(jnp.where(cells < size, rest % shape[a] + 1, padded[a]))
+        rest = rest // shape[a]
+    coords = tuple(reversed(coords))
+    out = [o.at[coords].set(v, mode="drop") for o, v in zip(out, values, strict=True)]
+    views = [lax.slice(o, (1,) * d, tuple(n + 1 for n in shape)) for o in out]
+    for route, items in _ghost_routes(views, offsets, halo).items():
+        blocks = materialised([block for _, _, block in items], time)
+        if any(route):
+            blocks = shift_blocks(halo, blocks, route)
+        for (i, ghost_start, _), block in zip(items, blocks, strict=True):
+            out[i] = lax.dynamic_update_slice(out[i], block, ghost_start)
+    return tuple(out)
 
 
 def make_step(setup: FluidSetup) -> Callable[[FluidState, FluidGeometry], tuple[FluidState, Array]]:
