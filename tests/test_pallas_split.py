@@ -75,3 +75,18 @@ def test_split_sweeps_lower_for_the_gpu_in_place():
         triton_ir = ir.StringAttr(call.attributes["mhlo.backend_config"]["ir"]).value_bytes
         with triton_lowering._new_ir_context():
             assert ir.Module.parse(triton_ir).operation.verify()
+
+
+@pytest.mark.long  # make gpu-check's two-device path, interpreted: the split itself is above
+def test_gpu_check_compares_two_devices_with_one():
+    env = fake_device_env()
+    env["XLA_FLAGS"] = "--xla_force_host_platform_device_count=2"
+    args = ["--allow-cpu", "--edge", "8", "--steps", "3", "--lattices", "D3Q19", "--storages",
+            "float32", "--kernels", "pallas", "--largest", "8"]  # fmt: skip
+    result = subprocess.run(
+        [sys.executable, "-m", "solver.bench", "gpu-check", *args],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    assert "pallas on 2 devices (slabs along x, walls) against 1" in result.stdout
+    assert "(within 1e-05)" in result.stdout

@@ -17,8 +17,9 @@ on this device (issue 16):
    difference against a bound (float32 round-off; for 16-bit storage a number of its roundings);
 4. determinism: the same chunk twice per kernel, bitwise, and a scatter-add of contact-like
    forces twice (XLA:GPU's atomics reorder sums unless ``--xla_gpu_deterministic_ops`` is set);
-5. with two or more GPUs: the scaling benchmark (halo exchange time, weak scaling 1 -> N), for
-   the XLA step and for the Pallas kernel on slabs along x.
+5. with two or more GPUs: the Pallas kernel on two devices (slabs along x) against one, and the
+   scaling benchmark (halo exchange time, weak scaling 1 -> N), for the XLA step and for the
+   Pallas kernel on slabs along x.
 
 Exit status 0 when every check ran (goals missed are reported, not failures), 1 when the CPU
 agreement or determinism fails, 2 without a GPU (``--allow-cpu`` runs it on the CPU at a small
@@ -272,6 +273,48 @@ def _shear_wave(
         return np.asarray(fluid_step.decode_populations(setup, state.populations))
 
 
+def split_agreement(edge: int, steps: int, lattice: str = "D3Q19") -> float:
+    """The Pallas kernel on two devices as slabs along x (solver/fluid/pallas_split.py) against
+    the same kernel on one: the largest |f - f_one| of the bench's box with walls (solid layers
+    across y and z, periodic along the split) after ``steps`` steps, float32."""
+    from jax.sharding import Mesh
+    from jax.sharding import PartitionSpec as P
+
+    from solver.distributed.decomposition import Decomposition
+    from solver.distributed.halo import XlaHalo
+    from solver.fluid.pallas_split import make_pallas_split_chunk
+    from solver.fluid.pallas_step import make_pallas_chunk
+
+    setup = fluid_bench.build_setup(lattice, "float32", "walls", edge, kernel="pallas")
+    density, velocity = fluid_bench.initial_fields(setup)
+    state = fluid_step.initial_state(setup, density, velocity)
+    geometry = fluid_step.make_geometry(setup)
+    one = jax.jit(make_pallas_chunk(setup), static_argnums=2)(state, geometry, steps)[0]
+    mesh_shape = (2,) + (1,) * (setup.lattice.d - 1)
+    dec = Decomposition(setup.shape, mesh_shape)
+    mesh = Mesh(np.array(jax.devices()[:2]).reshape(mesh_shape), dec.axis_names)
+    local = make_pallas_split_chunk(setup, dec.local_shape, XlaHalo(dec))
+    names = dec.axis_names
+
+    def spec(arr, dtype, lead, face):
+        return P(*[None] * lead, *[n for a, n in enumerate(names) if a != face])
+
+    state_spec = fluid_step.FluidState(populations=P(None, *names), time=P())
+    split = jax.jit(
+        jax.shard_map(
+            lambda s, g: local(s, g, steps),
+            mesh=mesh,
+            in_specs=(state_spec, fluid_step.make_geometry(setup, spec)),
+            out_specs=(state_spec, P()),
+            check_vma=False,
+        )
+    )
+    two = split(state, geometry)[0]
+    a = np.asarray(fluid_step.decode_populations(setup, one.populations))
+    b = np.asarray(fluid_step.decode_populations(setup, two.populations))
+    return float(np.abs(a - b).max())
+
+
 def agreement_bound(storage: str, reference: np.ndarray, weights: np.ndarray) -> float:
     """The largest |f - f_cpu| accepted: float32 round-off (CPU_AGREEMENT_BOUND), or for a
     16-bit storage AGREEMENT_UNITS of its rounding of the largest |f - w| of the reference."""
@@ -411,6 +454,12 @@ def main(argv: list[str] | None = None) -> int:
     scatter = "bitwise" if scatter_ok else "DIFFERS (set --xla_gpu_deterministic_ops)"
     per_kernel = ", ".join(f"{k} {'bitwise' if ok else 'DIFFERS'}" for k, ok in chunks.items())
     print(f"determinism: fluid chunk {per_kernel}; scatter-add of contact forces {scatter}")
+    if len(jax.devices()) >= 2 and "pallas" in args.kernels:
+        diff = split_agreement(check_edge, check_steps)
+        ok = diff <= CPU_AGREEMENT_BOUND
+        failures += not ok
+        print(f"pallas on 2 devices (slabs along x, walls) against 1: max |f - f_one| "
+              f"{diff:.2e} ({'within' if ok else 'ABOVE'} {CPU_AGREEMENT_BOUND:.0e})")  # fmt: skip
     if on_gpu and len(jax.devices()) >= 2:
         print("scaling:")
         scaling(args.edge)
