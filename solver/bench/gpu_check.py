@@ -277,12 +277,7 @@ def split_agreement(edge: int, steps: int, lattice: str = "D3Q19") -> float:
     """The Pallas kernel on two devices as slabs along x (solver/fluid/pallas_split.py) against
     the same kernel on one: the largest |f - f_one| of the bench's box with walls (solid layers
     across y and z, periodic along the split) after ``steps`` steps, float32."""
-    from jax.sharding import Mesh
-    from jax.sharding import PartitionSpec as P
-
-    from solver.distributed.decomposition import Decomposition
-    from solver.distributed.halo import XlaHalo
-    from solver.fluid.pallas_split import make_pallas_split_chunk
+    from solver.distributed.distribution import slab_chunk
     from solver.fluid.pallas_step import make_pallas_chunk
 
     setup = fluid_bench.build_setup(lattice, "float32", "walls", edge, kernel="pallas")
@@ -290,26 +285,7 @@ def split_agreement(edge: int, steps: int, lattice: str = "D3Q19") -> float:
     state = fluid_step.initial_state(setup, density, velocity)
     geometry = fluid_step.make_geometry(setup)
     one = jax.jit(make_pallas_chunk(setup), static_argnums=2)(state, geometry, steps)[0]
-    mesh_shape = (2,) + (1,) * (setup.lattice.d - 1)
-    dec = Decomposition(setup.shape, mesh_shape)
-    mesh = Mesh(np.array(jax.devices()[:2]).reshape(mesh_shape), dec.axis_names)
-    local = make_pallas_split_chunk(setup, dec.local_shape, XlaHalo(dec))
-    names = dec.axis_names
-
-    def spec(arr, dtype, lead, face):
-        return P(*[None] * lead, *[n for a, n in enumerate(names) if a != face])
-
-    state_spec = fluid_step.FluidState(populations=P(None, *names), time=P())
-    split = jax.jit(
-        jax.shard_map(
-            lambda s, g: local(s, g, steps),
-            mesh=mesh,
-            in_specs=(state_spec, fluid_step.make_geometry(setup, spec)),
-            out_specs=(state_spec, P()),
-            check_vma=False,
-        )
-    )
-    two = split(state, geometry)[0]
+    two = slab_chunk(setup, jax.devices()[:2])(state, geometry, steps)[0]
     a = np.asarray(fluid_step.decode_populations(setup, one.populations))
     b = np.asarray(fluid_step.decode_populations(setup, two.populations))
     return float(np.abs(a - b).max())

@@ -523,6 +523,39 @@ def _host_block(array, index: tuple[slice, ...], dtype) -> np.ndarray:
     return out
 
 
+def slab_chunk(setup: FluidSetup, devices: list) -> Callable:
+    """jit-compiled chunk(state, geometry, n) of the one-buffer kernel of ``setup`` (native or
+    pallas) on ``devices`` as slabs along x, inside ``shard_map`` with the xla halo, for checks
+    outside a run (``make gpu-check``); n is static."""
+    mesh_shape = (len(devices),) + (1,) * (setup.lattice.d - 1)
+    decomposition = Decomposition(tuple(setup.shape), mesh_shape)
+    names = decomposition.axis_names
+    mesh = Mesh(np.array(devices).reshape(mesh_shape), names)
+    halo = XlaHalo(decomposition)
+    if setup.kernel == "pallas":
+        local = make_pallas_split_chunk(setup, decomposition.local_shape, halo)
+    else:
+        index = lambda: lax.axis_index(names[0])  # noqa: E731
+        local = make_split_chunk(setup, decomposition.local_shape, halo, index,
+                                 len(devices), *kernel_rates(setup))  # fmt: skip
+
+    def spec(arr, dtype, lead, face):
+        return P(*[None] * lead, *[n for a, n in enumerate(names) if a != face])
+
+    state_spec = FluidState(populations=P(None, *names), time=P())
+
+    def chunk(state: FluidState, geometry: FluidGeometry, n: int):
+        return jax.shard_map(
+            functools.partial(_call_chunk, local, n),
+            mesh=mesh,
+            in_specs=(state_spec, make_geometry(setup, spec)),
+            out_specs=(state_spec, P()),
+            check_vma=False,
+        )(state, geometry)
+
+    return jax.jit(chunk, static_argnums=2)
+
+
 def _grid_slices(index: tuple[slice, ...], shape: tuple[int, ...]) -> tuple[slice, ...]:
     """A shard's index over the grid axes with explicit starts and stops."""
     return tuple(slice(*s.indices(n)[:2]) for s, n in zip(index, shape, strict=True))
