@@ -133,6 +133,32 @@ def link_tables(
     )
 
 
+class SlabExchange:
+    """The AA pattern's two messages on slabs along x, shared by the native and the Pallas
+    split: every exchanged buffer holds the c_x = -1 half (the low ghost plane's slots, or this
+    block's last plane's) before the c_x = +1 half along its first axis."""
+
+    def __init__(self, halo: Halo, d: int) -> None:
+        self.halo = halo
+        self.low = (1,) + (0,) * (d - 1)  # from the low neighbour
+        self.high = (-1,) + (0,) * (d - 1)  # from the high neighbour
+
+    def move(self, part: Array, offset: tuple[int, ...]) -> Array:
+        """``part`` as sent by the neighbour at -offset (unchanged where nothing is split)."""
+        route = self.halo.route(offset)
+        return shift_blocks(self.halo, [part], route)[0] if any(route) else part
+
+    def read_ghosts(self, e: Array) -> Array:
+        """E -> G: the low neighbour's c_x = -1 half, the high neighbour's c_x = +1 half."""
+        minus, plus = jnp.split(e, 2)
+        return jnp.concatenate([self.move(minus, self.low), self.move(plus, self.high)])
+
+    def return_pushes(self, g: Array) -> Array:
+        """G -> R: the high neighbour's pushes into its low ghost, the low one's into its high."""
+        minus, plus = jnp.split(g, 2)
+        return jnp.concatenate([self.move(minus, self.high), self.move(plus, self.low)])
+
+
 def _planes(field, start: int, nx: int, extent: int, axis: int) -> np.ndarray:
     """Planes start - 1 .. start + nx of ``field`` along ``axis`` (x), periodic, as one array:
     a lazy field (``GridField``) builds only these."""
@@ -192,11 +218,7 @@ def make_split_chunk(
         own = shared = np.zeros((count, 1, 4), np.uint32)
         own_ladd = shared_ladd = np.zeros((count, 1))
     axes = [0, 1, 2] if lat.d == 3 else [0, 2]
-    low, high = (1,) + (0,) * (lat.d - 1), (-1,) + (0,) * (lat.d - 1)
-
-    def move(part: Array, offset: tuple[int, ...]) -> Array:
-        route = halo.route(offset)
-        return shift_blocks(halo, [part], route)[0] if any(route) else part
+    exchange = SlabExchange(halo, lat.d)
 
     def chunk(state: FluidState, geometry: FluidGeometry, n: int):
         t0 = state.time
@@ -230,18 +252,12 @@ def make_split_chunk(
                 trt_magic=np.float64(setup.trt_magic if setup.collision == "trt" else -1.0),
             )  # fmt: skip
 
-        def read_ghosts(e):  # E: G[0] from the low neighbour, G[1] from the high one
-            return jnp.stack([move(e[0], low), move(e[1], high)])
-
-        def return_pushes(g):  # O: R[0] from the high neighbour's G[0], R[1] from the low's
-            return jnp.stack([move(g[0], high), move(g[1], low)])
-
         # the carry: populations, the neighbours' pushes R and this shard's own (the wall
         # links of the previous odd sweep read them)
         def pair(a, r, pushed, step, unpack: bool):
             a, e = phase(a, r, EVEN, step, unpack, pushed)
-            a, g = phase(a, read_ghosts(e), ODD, step + 1)
-            return a, return_pushes(g), g
+            a, g = phase(a, exchange.read_ghosts(e), ODD, step + 1)
+            return a, exchange.return_pushes(g), g
 
         a = state.populations
         r = pushed = jnp.zeros((2, m, plane), stored)
@@ -253,7 +269,7 @@ def make_split_chunk(
             a, r, pushed = jax.lax.fori_loop(1, pairs, lambda p, c: pair(*c, 2 * p, True), carry)
         if n % 2:
             a, e = phase(a, r, EVEN, n - 1, pairs > 0, pushed)
-            a, _ = phase(a, read_ghosts(e), TAIL, n - 1)
+            a, _ = phase(a, exchange.read_ghosts(e), TAIL, n - 1)
         else:
             a, _ = phase(a, r, FINISH, n - 1, True, pushed)
         return FluidState(populations=a, time=t0 + n), jnp.zeros((n, setup.force_width), dtype)

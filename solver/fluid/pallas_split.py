@@ -31,7 +31,7 @@ from jax import Array, lax
 
 from kernels.pallas_lb import finish, sweep
 from solver.distributed.halo import Halo
-from solver.fluid.padded import shift_blocks
+from solver.fluid.inplace_split import SlabExchange
 from solver.fluid.pallas_step import BLOCK, force_at_step, sweep_spec
 from solver.fluid.setup import FluidSetup
 from solver.fluid.step import FluidGeometry, FluidState
@@ -57,31 +57,21 @@ def make_pallas_split_chunk(
     nx, plane, cells = spec.shape[0], spec.plane, spec.cells
     minus = [k for k in range(lat.q) if lat.c[k][0] == -1]
     plus = [k for k in range(lat.q) if lat.c[k][0] == 1]
-    low, high = (1,) + (0,) * (lat.d - 1), (-1,) + (0,) * (lat.d - 1)
     force_at = force_at_step(setup, dtype)
-
-    def move(part: Array, offset: tuple[int, ...]) -> Array:
-        route = halo.route(offset)
-        return shift_blocks(halo, [part], route)[0] if any(route) else part
+    exchange = SlabExchange(halo, lat.d)
+    read_ghosts, return_pushes = exchange.read_ghosts, exchange.return_pushes
 
     def ghost_planes(field: Array) -> Array:
         """(..., n) -> (2, ..., plane): the low neighbour's last plane, the high one's first."""
         planes = field.reshape(*field.shape[:-1], nx, plane)
-        return jnp.stack([move(planes[..., -1, :], low), move(planes[..., 0, :], high)])
+        return jnp.stack([exchange.move(planes[..., -1, :], exchange.low),
+                          exchange.move(planes[..., 0, :], exchange.high)])  # fmt: skip
 
     def pack(a: Array) -> Array:
         """E: plane nx-1's slots with c_x = -1, plane 0's with c_x = +1 (2 m, plane)."""
         last = [lax.slice(a, (k, (nx - 1) * plane), (k + 1, nx * plane)) for k in minus]
         first = [lax.slice(a, (k, 0), (k + 1, plane)) for k in plus]
         return jnp.concatenate(last + first)
-
-    def read_ghosts(e: Array) -> Array:
-        m = len(minus)
-        return jnp.concatenate([move(e[:m], low), move(e[m:], high)])
-
-    def return_pushes(g: Array) -> Array:
-        m = len(minus)
-        return jnp.concatenate([move(g[:m], high), move(g[m:], low)])
 
     def chunk(state: FluidState, geometry: FluidGeometry, n: int):
         t0 = state.time
