@@ -44,6 +44,9 @@ def main() -> None:
     # final pull) and halve the 3D compile time, which dominates these checks
     parser.add_argument("--steps-3d", type=int, default=2)
     parser.add_argument("--dtype", default="float32")
+    parser.add_argument(
+        "--overlap", action="store_true", help="the halo messages from planes collided apart"
+    )
     args = parser.parse_args()
     if args.dtype == "float64":
         jax.config.update("jax_enable_x64", True)
@@ -68,7 +71,7 @@ def main() -> None:
                     continue
                 if shards > runtime.device_count():
                     continue
-                dist = Distribution(runtime, Decomposition(setup.shape, mesh))
+                dist = Distribution(runtime, Decomposition(setup.shape, mesh), args.overlap)
                 state = initial_state(
                     setup, dist.put(density, 0, setup.dtype), dist.put(velocity, 1, setup.dtype)
                 )

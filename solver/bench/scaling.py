@@ -256,6 +256,7 @@ def _worker_args(args: argparse.Namespace, halo: str) -> list[str]:
         str(args.repeats),
         "--kernel",
         args.kernel,
+        *(["--overlap"] if args.overlap else []),
     ]
 
 
@@ -330,7 +331,8 @@ def run_parent(args: argparse.Namespace) -> int:
     launches = plan(args, notes)
     load_before = os.getloadavg()
     print(
-        f"scaling of {lat.name} {PRECISION}, kernel {args.kernel}: weak "
+        f"scaling of {lat.name} {PRECISION}, kernel {args.kernel}"
+        f"{' (halo overlap)' if args.overlap else ''}: weak "
         f"{args.local_size}^{lat.d} cells per shard (grid grows along x), strong "
         f"{'x'.join(map(str, args.global_size))}; "
         f"{args.steps} steps per chunk, median of {args.repeats}; {os.cpu_count()} cores, "
@@ -393,6 +395,7 @@ def run_parent(args: argparse.Namespace) -> int:
             "lattice": lat.name,
             "precision": PRECISION,
             "kernel": args.kernel,
+            "overlap": args.overlap,
             "steps": args.steps,
             "repeats": args.repeats,
             "cpu_count": os.cpu_count(),
@@ -460,6 +463,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default="xla",
         help="the fluid step: the pure-JAX one, the native in-place CPU kernel or the Pallas "
         "GPU kernel (both on slabs along x; pallas runs interpreted on a CPU: tests only)",
+    )
+    parser.add_argument(
+        "--overlap",
+        action="store_true",
+        help="the XLA step sends its halo messages from boundary planes collided apart "
+        "(domain.overlap=true)",
     )
     parser.add_argument("--repeats", type=int, default=5, help="timed chunks per point (median)")
     parser.add_argument("--json", metavar="PATH", default=None, help="also write results here")

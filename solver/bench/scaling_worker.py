@@ -79,6 +79,7 @@ def time_point(
     repeats: int,
     copy_run: Callable[[], float],
     kernel: str = "xla",
+    overlap: bool = False,
 ) -> dict:
     """Time the distributed chunk and its communication-free counterpart on this process.
 
@@ -86,7 +87,7 @@ def time_point(
     (``seconds``), of the local blocks (``seconds_local``) and copy bandwidths (bytes/s).
     """
     setup = _box(lattice, decomposition.shape, kernel)
-    dist = Distribution(runtime, decomposition)
+    dist = Distribution(runtime, decomposition, overlap)
     density, velocity = initial_fields(setup)
     state = _with_placed_time(
         initial_state(setup, dist.put(density, 0, setup.dtype), dist.put(velocity, 1, setup.dtype))
@@ -170,7 +171,14 @@ def run_worker(args: argparse.Namespace) -> int:
         mesh = (shards,) + (1,) * (d - 1)
         decomposition = choose_mesh(mesh, shape, shards, key=f"{mode} scaling mesh")
         record = time_point(
-            runtime, decomposition, args.lattice, args.steps, args.repeats, copy_run, args.kernel
+            runtime,
+            decomposition,
+            args.lattice,
+            args.steps,
+            args.repeats,
+            copy_run,
+            args.kernel,
+            args.overlap,
         )
         record.update(mode=mode, halo=args.halo)
         print("RESULT " + json.dumps(record), flush=True)

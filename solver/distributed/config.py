@@ -14,6 +14,7 @@ from solver.sections import Section
 class DomainConfig:
     mesh: str | tuple[int, ...]  # a preset name or shards per axis
     halo: str  # "xla" | "mpi"
+    overlap: bool | str = "auto"  # True | False | "auto" (on where collectives are async: GPUs)
 
 
 def parse_domain(s: Section) -> DomainConfig:
@@ -29,4 +30,18 @@ def parse_domain(s: Section) -> DomainConfig:
         raise ConfigError(
             s.key("mesh"), mesh, f"one of {', '.join(PRESETS)} or a list of shards per axis"
         )
-    return DomainConfig(mesh=mesh, halo=s.choice("halo", HALOS))
+    overlap = s.data.get("overlap", "auto")
+    if not (isinstance(overlap, bool) or overlap == "auto"):
+        raise ConfigError(s.key("overlap"), overlap, "true, false or auto")
+    return DomainConfig(mesh=mesh, halo=s.choice("halo", HALOS), overlap=overlap)
+
+
+def overlap_halos(setting: bool | str) -> bool:
+    """``domain.overlap`` resolved: ``auto`` is on where XLA runs collectives asynchronously
+    beside compute (GPUs), off on CPUs, where it would only collide the boundary planes twice
+    (docs/performance.md, "Halo overlap")."""
+    if setting == "auto":
+        import jax
+
+        return jax.default_backend() == "gpu"
+    return bool(setting)

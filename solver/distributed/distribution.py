@@ -9,8 +9,9 @@ loop talks to it only between chunks:
 - ``chunk``: the compiled fluid chunk, wrapped in ``shard_map`` for ``xla`` or given the MPI
   halo for ``mpi``; on one device the plain chunk.
 - ``gather``: a field back on the host of process 0 (None on the others). Within one process
-  it is a device-to-host copy; across processes ``xla`` gathers with an all-gather (every
-  process briefly holds the whole field) and ``mpi`` with ``MPI_Gather`` to rank 0.
+  it is a device-to-host copy; across processes ``xla`` all-gathers it slab by slab (no device
+  holds more than one slab of it) and ``mpi`` uses ``MPI_Gather`` to rank 0. ``gather_plane``:
+  one plane of it the same way.
 - ``local_blocks`` / ``block_owners``: the blocks of a field that this process holds, and which
   process holds which block, without any communication (per-process field output).
 - ``first_bad``: the global position of the first diverged cell, from every shard's check.
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import functools
 import math
+import os
 from collections.abc import Callable
 
 import jax
@@ -54,6 +56,10 @@ from solver.fluid.step import (
     make_geometry,
 )
 
+# the most bytes of a field that an xla gather across processes replicates at once (per slab);
+# SOLVER_GATHER_SLAB_BYTES lets the tests cut a small field into several slabs
+GATHER_SLAB_BYTES = int(os.environ.get("SOLVER_GATHER_SLAB_BYTES", 1 << 28))
+
 
 class Distribution:
     """One grid on the runtime's devices.
@@ -62,11 +68,17 @@ class Distribution:
         runtime: the started runtime.
         decomposition: the checked split of the grid.
         backend: "single" (one shard), "xla" or "mpi".
+        overlap: the XLA step collides the planes other shards receive apart and sends them
+            first (``solver.fluid.step.make_chunk``; ``domain.overlap``).
     """
 
-    def __init__(self, runtime: Runtime, decomposition: Decomposition) -> None:
+    def __init__(
+        self, runtime: Runtime, decomposition: Decomposition, overlap: bool = False
+    ) -> None:
         self.runtime = runtime
         self.decomposition = decomposition
+        # the XLA step sends its halo messages from planes collided apart (domain.overlap)
+        self.overlap = overlap
         if decomposition.shards == 1 and runtime.process_count == 1:
             self.backend = "single"
         else:
@@ -148,7 +160,8 @@ class Distribution:
         elif self.backend == "single":
             local = make_chunk(setup)
         elif self.backend == "mpi":
-            local = make_chunk(setup, MpiHalo(self.decomposition, self.runtime.comm))
+            halo = MpiHalo(self.decomposition, self.runtime.comm)
+            local = make_chunk(setup, halo, self.overlap)
         else:
             local = self._sharded_chunk(setup)
         return jax.jit(local, static_argnums=2, donate_argnums=0)
@@ -197,7 +210,7 @@ class Distribution:
         return chunk
 
     def _sharded_chunk(self, setup: FluidSetup) -> Callable:
-        return self._mapped(setup, make_chunk(setup, XlaHalo(self.decomposition)))
+        return self._mapped(setup, make_chunk(setup, XlaHalo(self.decomposition), self.overlap))
 
     def coupled_chunk(self, setup: FluidSetup, coupling: StepCoupling) -> Callable:
         """jit-compiled chunk(state, geometry, n, extra) -> (state, forces (n, d), extra,
@@ -271,10 +284,54 @@ class Distribution:
             return out
         if array.is_fully_addressable:
             return np.asarray(array)
+        return self._gather_slabs(array, lead)
+
+    def _gather_slabs(self, array: Array, lead: int) -> np.ndarray | None:
+        """xla across processes: the field in slabs along x, each all-gathered on the devices
+        (JAX has no gather to one process), so that no device ever holds more than one slab
+        of ``GATHER_SLAB_BYTES`` beside its own block; process 0 assembles the host copy."""
         from jax.experimental import multihost_utils
 
-        full = np.asarray(multihost_utils.process_allgather(array, tiled=True))
-        return full if self.is_root else None
+        shape = array.shape
+        plane_bytes = array.dtype.itemsize * math.prod(shape) // shape[lead]
+        rows = max(1, GATHER_SLAB_BYTES // max(plane_bytes, 1))
+        out = np.empty(shape, array.dtype) if self.is_root else None
+        for x0 in range(0, shape[lead], rows):
+            index = (slice(None),) * lead + (slice(x0, min(x0 + rows, shape[lead])),)
+            piece = np.asarray(multihost_utils.process_allgather(array[index], tiled=True))
+            if out is not None:
+                out[index] = piece
+        return out
+
+    def gather_plane(self, array: Array, axis: int, index: int, lead: int = 0) -> np.ndarray | None:
+        """One plane of a field (*lead, *shape) on process 0's host, (*lead, *shape without
+        ``axis``): the cell planes at ``index`` along grid axis ``axis``; None on the others.
+        Only the plane travels (the final PNG of a grid too large to gather)."""
+        at = (slice(None),) * (lead + axis) + (index,)
+        if self.backend == "single":
+            return np.asarray(array[at])
+        if self.backend == "mpi":
+            block = self.decomposition.block(self.runtime.process_index)
+            span = block[axis]
+            mine = None
+            if span.start <= index < span.stop:
+                local = (slice(None),) * (lead + axis) + (index - span.start,)
+                rest = tuple(b for a, b in enumerate(block) if a != axis)
+                mine = (rest, np.asarray(array[local]))
+            parts = self.runtime.comm.gather(mine, root=0)
+            if not self.is_root:
+                return None
+            shape = tuple(n for a, n in enumerate(self.decomposition.shape) if a != axis)
+            first = next(p for p in parts if p is not None)[1]
+            out = np.empty(first.shape[:lead] + shape, first.dtype)
+            for part in parts:
+                if part is not None:
+                    out[(slice(None),) * lead + part[0]] = part[1]
+            return out
+        plane = array[at]
+        if plane.is_fully_addressable:
+            return np.asarray(plane)
+        return self._gather_slabs(plane, lead)
 
     def block_owners(self, array: Array, lead: int = 0) -> dict[int, list[tuple[slice, ...]]]:
         """Which process writes which block of a grid field (*lead, *shape): process index ->
@@ -565,7 +622,9 @@ def _call_chunk(local: Callable, n: int, state: FluidState, geometry: FluidGeome
     return local(state, geometry, n)
 
 
-def distribute(runtime: Runtime, mesh_spec, shape: tuple[int, ...]) -> Distribution:
+def distribute(
+    runtime: Runtime, mesh_spec, shape: tuple[int, ...], overlap: bool = False
+) -> Distribution:
     """Check ``domain.mesh`` against the grid, the devices and the processes, and place it.
 
     Raises:
@@ -598,4 +657,4 @@ def distribute(runtime: Runtime, mesh_spec, shape: tuple[int, ...]) -> Distribut
             hint="the mpi halo runs one shard per MPI process: launch "
             f"{decomposition.shards} processes with mpirun or srun",
         )
-    return Distribution(runtime, decomposition)
+    return Distribution(runtime, decomposition, overlap)

@@ -20,11 +20,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from solver.distributed.config import overlap_halos
 from solver.distributed.distribution import distribute
 from solver.distributed.host_collectives import barrier
 from solver.distributed.runtime import Runtime
 from solver.errors import DivergenceError
 from solver.fluid.cases import Case, RunData, build_case
+from solver.fluid.cases.base import FieldsNotGatheredError, NotGathered
 from solver.fluid.inplace_step import require_kernel
 from solver.fluid.step import decode_populations, initial_state, macroscopic
 from solver.model import OutputSchedule, Problem
@@ -139,7 +141,9 @@ class FluidModel:
         self.output_dir = Path(output_dir)
         self.case = case = build_case(config, runtime) if case is None else case
         self.setup, self.units = setup, units = case.setup, case.units
-        self.dist = dist = distribute(runtime, config.domain.mesh, setup.shape)
+        self.dist = dist = distribute(
+            runtime, config.domain.mesh, setup.shape, overlap_halos(config.domain.overlap)
+        )
         self.layout = dist
         self.runtime = runtime
         self.name = case.name
@@ -442,10 +446,18 @@ class FluidModel:
         }
         if status != "completed":
             return summary
-        rho_lat, u_lat = self._lattice_fields(state)
+        output = self.config.output
+        gathered = setup.cells <= output.gather_cells
+        if gathered:
+            rho_lat, u_lat = self._lattice_fields(state)
+            png_velocity = None
+        else:
+            rho_lat, u_lat = NotGathered("density"), NotGathered("velocity")
+            png_velocity = self._png_plane(state) if output.png else None
         if not dist.is_root:
             return summary
-        rho_lat, u_lat = rho_lat.astype(np.float64), u_lat.astype(np.float64)
+        if gathered:
+            rho_lat, u_lat = rho_lat.astype(np.float64), u_lat.astype(np.float64)
         data = RunData(
             steps=done,
             density=rho_lat,
@@ -453,25 +465,54 @@ class FluidModel:
             forces=np.concatenate(self.forces) if self.forces else None,
             energy=np.asarray(self.energy, dtype=np.float64) if self.energy else None,
         )
-        summary["diagnostics"] = case.diagnostics(data)
-        density = units.to_physical_density(rho_lat)
-        velocity = units.to_physical_velocity(u_lat)
-        self.final_fields = {"density": density, "velocity": velocity}
-        output = self.config.output
-        if output.png:
+        try:
+            summary["diagnostics"] = case.diagnostics(data)
+        except FieldsNotGatheredError:
+            summary["diagnostics_skipped"] = (
+                f"the case's diagnostics need the final fields, not gathered for "
+                f"{setup.cells} cells (output.gather_cells={output.gather_cells})"
+            )
+            log.warning("diagnostics skipped: %s", summary["diagnostics_skipped"])
+        if gathered:
+            density = units.to_physical_density(rho_lat)
+            velocity = units.to_physical_velocity(u_lat)
+            self.final_fields = {"density": density, "velocity": velocity}
+            png_velocity, png_solid, z_index = velocity, setup.solid, None
+        elif png_velocity is not None:
+            png_velocity, png_solid = png_velocity
+            z_index = setup.shape[2] // 2
+        if output.png and png_velocity is not None:
             field_name = case.png_field if output.png_field == "auto" else output.png_field
             png = save_field_png(
                 self.output_dir / f"{field_name}.png",
-                velocity,
-                setup.solid,
+                png_velocity,
+                png_solid,
                 units.dx,
                 case.origin,
                 field_name,
                 f"{case.name}: {field_name} at t = {units.to_physical_time(done):.4g} s "
                 f"(step {done}, Re = {case.reynolds:.4g})",
+                z_index=z_index,
             )
             summary["outputs"] = {"png": str(png)}
         return summary
+
+    def _png_plane(self, state) -> tuple[np.ndarray, np.ndarray | None] | None:
+        """A grid too large to gather: the PNG's plane only (3D: z = nz / 2, as
+        ``save_field_png`` draws it), as (velocity (3, nx, ny, 1) m/s, solid (nx, ny, 1))
+        on process 0; None on the others and for 2D grids (the plane is the whole grid)."""
+        setup = self.setup
+        if setup.lattice.d != 3:
+            log.warning("no PNG: a 2D grid of %d cells is above output.gather_cells", setup.cells)
+            return None
+        k = setup.shape[2] // 2
+        _, u = self._macro(state, self.geometry)
+        plane = self.dist.gather_plane(u, 2, k, lead=1)
+        if plane is None:
+            return None
+        solid = None if setup.solid is None else np.asarray(setup.solid[:, :, k : k + 1])
+        velocity = self.units.to_physical_velocity(plane.astype(np.float64))[..., None]
+        return velocity, solid
 
     def summary_lines(self, summary: dict) -> list[str]:
         return summary_lines(summary)

@@ -24,6 +24,8 @@ SINGLE = SingleHalo()
 
 # (start, size) per axis in interior coordinates
 Region = Sequence[tuple[int, int]]
+# (axis, plane index) -> q arrays of that boundary plane (the axis of length 1)
+Faces = dict[tuple[int, int], Sequence[Array]]
 
 
 def pad_with_halo(field: Array, lead: int = 0, halo: Halo = SINGLE) -> Array:
@@ -110,17 +112,25 @@ def write_padded(
     interiors: Sequence[Array],
     offsets: Sequence[Sequence[int]],
     halo: Halo = SINGLE,
+    faces: Faces | None = None,
 ) -> tuple[Array, ...]:
     """Store each ``interiors[i]`` (*shape) into ``buffers[i]`` and fill the ghosts a pull along
     ``offsets[i]`` will read, from the interior values themselves (not from the buffer: reading
     the buffer back makes XLA copy the whole array), through ``halo``: a periodic wrap, or a
     neighbour's block. Blocks for the same neighbour travel together (one message per
-    neighbour and step)."""
+    neighbour and step).
+
+    ``faces`` (overlap): (axis, plane) -> the q arrays of that boundary plane of the interiors
+    (the axis of length 1), computed apart from them. The blocks sent to other shards are cut
+    from these, so the messages wait only for the planes, not for the whole interior: a
+    scheduler that runs collectives asynchronously (XLA:GPU's) can overlap them with the
+    interior's computation. The values must equal the interiors' planes (the step computes
+    both with the same per-cell arithmetic); the result is then the same bit for bit."""
     d = interiors[0].ndim
     out = [
         lax.dynamic_update_slice(b, x, (1,) * d) for b, x in zip(buffers, interiors, strict=True)
     ]
-    for route, items in _ghost_routes(interiors, offsets, halo).items():
+    for route, items in _ghost_routes(interiors, offsets, halo, faces).items():
         blocks = [block for _, _, block in items]
         if any(route):
             blocks = shift_blocks(halo, blocks, route)
@@ -130,19 +140,45 @@ def write_padded(
 
 
 def _ghost_routes(
-    interiors: Sequence[Array], offsets: Sequence[Sequence[int]], halo: Halo
+    interiors: Sequence[Array],
+    offsets: Sequence[Sequence[int]],
+    halo: Halo,
+    faces: Faces | None = None,
 ) -> dict[tuple[int, ...], list]:
     """The ghost blocks of ``write_padded`` grouped by the neighbour they come from (its route):
-    route -> [(direction, ghost start, source block)]."""
+    route -> [(direction, ghost start, source block)]. A block bound for another shard is cut
+    from ``faces`` when given (the plane of its first crossing axis)."""
     routes: dict[tuple[int, ...], list] = {}
     for i, (interior, offset) in enumerate(zip(interiors, offsets, strict=True)):
         for axes, src_start, src_size, ghost_start in ghost_regions(offset, interior.shape):
-            block = lax.slice(
-                interior, src_start, [s + n for s, n in zip(src_start, src_size, strict=True)]
-            )
             shift = [int(o) if a in axes else 0 for a, o in enumerate(offset)]
-            routes.setdefault(halo.route(shift), []).append((i, ghost_start, block))
+            route = halo.route(shift)
+            source, start = interior, list(src_start)
+            if faces is not None and any(route):
+                axis = next(a for a, r in enumerate(route) if r)
+                source = faces[(axis, src_start[axis])][i]
+                start[axis] = 0
+            block = lax.slice(source, start, [s + n for s, n in zip(start, src_size, strict=True)])
+            routes.setdefault(route, []).append((i, ghost_start, block))
     return routes
+
+
+def face_planes(shape: Sequence[int], halo: Halo) -> list[tuple[int, int]]:
+    """(axis, plane index) of the block's boundary planes whose values other shards receive:
+    the first and the last plane along every axis the mesh splits."""
+    d = len(shape)
+    planes = []
+    for a in range(d):
+        unit = [0] * d
+        unit[a] = 1
+        if any(halo.route(unit)):
+            planes += [(a, 0), (a, shape[a] - 1)] if shape[a] > 1 else [(a, 0)]
+    return planes
+
+
+def plane(x: Array, axis: int, index: int) -> Array:
+    """The plane ``index`` of ``x`` along ``axis``, keeping the axis (length 1)."""
+    return lax.slice_in_dim(x, index, index + 1, axis=axis)
 
 
 def exchange_ghosts(

@@ -49,8 +49,10 @@ from solver.fluid.collide import body_force_at, make_collide
 from solver.fluid.padded import (
     SINGLE,
     _ghost_routes,
+    face_planes,
     ghost_regions,
     pad_with_halo,
+    plane,
     shift_blocks,
     upstream,
     write_padded,
@@ -257,7 +259,7 @@ class StepCoupling(Protocol):
 
 
 def make_chunk(
-    setup: FluidSetup, halo: Halo = SINGLE
+    setup: FluidSetup, halo: Halo = SINGLE, overlap: bool = False
 ) -> Callable[[FluidState, FluidGeometry, int], tuple[FluidState, Array]]:
     """Build chunk(state, geometry, n) -> (state after n steps, forces (n, d)).
 
@@ -270,8 +272,15 @@ def make_chunk(
     every shard traces the same program); ``state`` and ``geometry`` hold this shard's block,
     and ``halo`` fills the ghost layers and tells which global faces the block touches. With
     the default ``SingleHalo`` the block is the whole grid with periodic edges.
+
+    ``overlap``: collide the block's boundary planes on the split axes apart from the rest and
+    send the halo messages from them, so that the exchange does not wait for the whole block
+    (``write_padded``'s ``faces``): an asynchronous collective (XLA:GPU's latency-hiding
+    scheduler) can then overlap it with the interior's collision. The same bits either way; it
+    costs the planes' collision twice, which buys nothing where collectives run synchronously
+    (XLA:CPU, mpi4jax): docs/performance.md, "Halo overlap".
     """
-    chunk = _make_chunk(setup, halo, None)
+    chunk = _make_chunk(setup, halo, None, overlap)
 
     def fluid_chunk(state: FluidState, geometry: FluidGeometry, n: int):
         new_state, forces, _, _ = chunk(state, geometry, n, ())
@@ -287,7 +296,9 @@ def make_coupled_chunk(setup: FluidSetup, halo: Halo, coupling: StepCoupling) ->
     return _make_chunk(setup, halo, coupling)
 
 
-def _make_chunk(setup: FluidSetup, halo: Halo, coupling: StepCoupling | None) -> Callable:
+def _make_chunk(
+    setup: FluidSetup, halo: Halo, coupling: StepCoupling | None, overlap: bool = False
+) -> Callable:
     lat = setup.lattice
     q, d = lat.q, lat.d
     dtype = jnp.dtype(setup.dtype)
@@ -316,10 +327,11 @@ def _make_chunk(setup: FluidSetup, halo: Halo, coupling: StepCoupling | None) ->
     else:
         collide = coupling.bind(setup, halo)
 
-    def write(dst, post: Sequence[Array], patch, time: Array) -> tuple[Array, ...]:
-        """Encoded ``post`` (and the coupling's ``patch`` over it) into the padded buffers."""
+    def write(dst, post: Sequence[Array], patch, time: Array, faces=None) -> tuple[Array, ...]:
+        """Encoded ``post`` (and the coupling's ``patch`` over it) into the padded buffers;
+        ``faces``: the boundary planes' encoded values, collided apart (overlap)."""
         if patch is None:
-            return write_padded(dst, post, lat.c, halo)
+            return write_padded(dst, post, lat.c, halo, faces)
         cells, values = patch
         return _write_patched(dst, post, cells, encoded(values), lat.c, halo, time)
 
@@ -355,10 +367,26 @@ def _make_chunk(setup: FluidSetup, halo: Halo, coupling: StepCoupling | None) ->
         """
         pre, force, scratch = pull(src, geo, scratch, time)
         post, patch, extra, report = collide(pre, time, extra, geo)
+        faces = boundary_planes(pre, time, geo) if overlap and coupling is None else None
         if after is not None and plan.force is not None:
             post = tuple(p + 0.0 * after[0] for p in post)
-        dst = write(dst, encoded(post), patch, time)
+            if faces:
+                faces = {k: tuple(p + 0.0 * after[0] for p in v) for k, v in faces.items()}
+        if faces:
+            faces = {k: encoded(v) for k, v in faces.items()}
+        dst = write(dst, encoded(post), patch, time, faces or None)
         return dst, scratch, extra, force, report
+
+    def boundary_planes(pre: Sequence[Array], time: Array, geo: dict) -> dict:
+        """The post-collision populations of the block's planes that other shards receive,
+        collided on their own (the same per-cell arithmetic as the block's collision)."""
+        out = {}
+        for axis, index in face_planes(pre[0].shape, halo):
+            sponge = geo["sponge"]
+            if sponge is not None:
+                sponge = plane(sponge, axis, index)
+            out[(axis, index)] = fluid_collide([plane(p, axis, index) for p in pre], time, sponge)
+        return out
 
     def padded_geometry(geometry: FluidGeometry) -> dict:
         """The geometry the parts read: the fields they name padded with filled ghosts."""
@@ -377,11 +405,15 @@ def _make_chunk(setup: FluidSetup, halo: Halo, coupling: StepCoupling | None) ->
     def chunk(state: FluidState, geometry: FluidGeometry, n: int, extra):
         geo = padded_geometry(geometry)
         t0 = state.time
-        post, patch, extra, report = collide(state_populations(state), t0, extra, geo)
+        pre = state_populations(state)
+        post, patch, extra, report = collide(pre, t0, extra, geo)
+        faces = None
+        if overlap and coupling is None:
+            faces = {k: encoded(v) for k, v in boundary_planes(pre, t0, geo).items()} or None
         reports = [jax.tree.map(lambda r: r[None], report)]
         # only the ghosts each direction's pull reads, as in every step
         post = encoded(post)
-        a = write(tuple(jnp.pad(jnp.zeros_like(p), 1) for p in post), post, patch, t0)
+        a = write(tuple(jnp.pad(jnp.zeros_like(p), 1) for p in post), post, patch, t0, faces)
         b = tuple(jnp.zeros_like(p) for p in a)
         forces = []
 

@@ -16,6 +16,8 @@ class OutputConfig:
     png: bool
     png_field: str
     log_interval: float  # s of wall time between log lines off a terminal
+    # the largest grid (cells) whose final fields are gathered onto process 0 at the end
+    gather_cells: int = 1 << 27
 
 
 def parse_output(s: Section) -> OutputConfig:
@@ -26,4 +28,5 @@ def parse_output(s: Section) -> OutputConfig:
         png=s.boolean("png"),
         png_field=s.choice("png_field", PNG_FIELDS),
         log_interval=s.number("log_interval", low=0.0),
+        gather_cells=s.integer("gather_cells", low=1) if "gather_cells" in s.data else 1 << 27,
     )

@@ -24,6 +24,7 @@ def save_field_png(
     origin: tuple[float, ...],
     field: str,
     title: str,
+    z_index: int | None = None,
 ) -> Path:
     """Plot the final field; 3D fields are shown on the mid-plane z = nz / 2.
 
@@ -31,12 +32,14 @@ def save_field_png(
         velocity: (d, *shape) in m/s.
         solid: (*shape) bool or None.
         field: "speed" or "vorticity".
+        z_index: the grid's z index of the plane shown, when ``velocity`` holds only that
+            plane (nz = 1); None: nz / 2 of the field given.
     """
     if velocity.shape[0] == 3:
         k = velocity.shape[-1] // 2
         velocity = velocity[:2, :, :, k]
         solid = None if solid is None else solid[:, :, k]
-        title += f" (mid-plane z index {k})"
+        title += f" (mid-plane z index {k if z_index is None else z_index})"
     if field == "vorticity":
         values = vorticity_2d(velocity, dx)
         label, cmap = "vorticity (1/s)", "RdBu_r"

@@ -136,8 +136,8 @@ def schaefer_turek_2d1(ctx: Context) -> CaseResult:
     mode = "fast" if ctx.fast else "full"
     n, u_lat = SETTINGS_2D1[mode]
     result = CaseResult("schaefer_turek_2d1")
-    # the drag study runs once, with the case's own operator (not again per operator)
-    runs = {} if ctx.fast or ctx.collision else _drag_study(ctx, result)
+    # the drag study runs once, with the case's own operator and storage (not per variant)
+    runs = {} if ctx.fast or ctx.collision or ctx.storage else _drag_study(ctx, result)
     sim = runs.get((n, u_lat)) or _steady(ctx, n, u_lat)
     diag = sim.summary["diagnostics"]
     measured = {"cd": diag["cd_mean"], "cl": diag["cl_mean"], "dp": pressure_difference(sim)}

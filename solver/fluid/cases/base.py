@@ -29,14 +29,41 @@ log = logging.getLogger("solver")
 TAU_WARNING = 0.505  # below this, runs are usually unstable except at very low velocity
 
 
+class FieldsNotGatheredError(Exception):
+    """A case's diagnostics asked for the final fields of a run too large to gather them."""
+
+
+class NotGathered:
+    """Stands for a final field that was not gathered (``output.gather_cells``): any use of it
+    raises ``FieldsNotGatheredError``, so the run loop can tell the diagnostics that need whole
+    fields from those that do not, without a list to keep in step with the cases."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+
+    def _refuse(self, *args, **kwargs):
+        raise FieldsNotGatheredError(self._name)
+
+    __array__ = __getitem__ = __iter__ = __len__ = _refuse
+    __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = _refuse
+    __truediv__ = __rtruediv__ = __pow__ = __neg__ = __abs__ = _refuse
+    __lt__ = __le__ = __gt__ = __ge__ = _refuse
+
+    def __getattr__(self, name: str):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        raise FieldsNotGatheredError(self._name)
+
+
 @dataclass(frozen=True)
 class RunData:
     """What the run loop hands to ``Case.diagnostics`` (lattice units).
 
     Attributes:
         steps: steps done.
-        density: (*shape) final lattice density.
-        velocity: (d, *shape) final lattice velocity.
+        density: (*shape) final lattice density (a ``NotGathered`` above
+            ``output.gather_cells``: using it raises ``FieldsNotGatheredError``).
+        velocity: (d, *shape) final lattice velocity (the same).
         forces: (steps, d) lattice force on the obstacle after each step (then the moment,
             (steps, setup.force_width), when the setup measures it), or None.
         energy: (chunks + 1, 2) step and mean kinetic energy <rho |u|^2 / 2> (lattice units)
@@ -44,8 +71,8 @@ class RunData:
     """
 
     steps: int
-    density: np.ndarray
-    velocity: np.ndarray
+    density: np.ndarray | NotGathered
+    velocity: np.ndarray | NotGathered
     forces: np.ndarray | None = None
     energy: np.ndarray | None = None
 
