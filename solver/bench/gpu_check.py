@@ -341,10 +341,13 @@ def scaling(edge: int) -> int:
 
     count = len(jax.devices())
     status = 0
-    for kernel in ("xla", "pallas"):  # the pure-JAX step's halo, then the one-buffer kernel's
+    # the pure-JAX step's halo, the same with the messages sent from planes collided apart
+    # (domain.overlap: whether XLA:GPU overlaps them with the collision), the one-buffer kernel
+    for kernel, overlap in (("xla", False), ("xla", True), ("pallas", False)):
         status |= scaling_bench.main(
             ["--processes", f"1,{count}", "--devices", "0", "--local-size", str(edge),
-             "--steps", "20", "--repeats", "3", "--kernel", kernel]
+             "--steps", "20", "--repeats", "3", "--kernel", kernel,
+             *(["--overlap"] if overlap else [])]
         )  # fmt: skip
     return status
 
