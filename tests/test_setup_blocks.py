@@ -37,9 +37,12 @@ CASES = {
     "geometry": ["case=geometry", "fluid=d3q19", "case.resolution=6"],
     "geometry_walls": ["case=geometry", "fluid=d3q19", "case.resolution=6", "case.walls=no_slip",
                        "case.mesh=sphere"],
+    "geometry_trefoil": ["case=geometry", "fluid=d3q27", "case.resolution=7",
+                         "case.walls=no_slip", "case.mesh=data/meshes/trefoil.obj",
+                         "case.scale=0.5", "case.rotation=[10,20,30]", "case.reference_area=null"],
 }  # fmt: skip
-# fields a case still builds on the whole grid (the mesh voxeliser: docs/distributed.md)
-WHOLE_GRID = {"geometry": {"solid", "obstacle"}}
+# fields a case still builds on the whole grid (none since the geometry case is per block too)
+WHOLE_GRID: dict[str, set[str]] = {}
 SETUP_FIELDS = ("solid", "wall_velocity", "wall_distance", "obstacle", "sponge")
 
 
@@ -157,6 +160,29 @@ def test_processes_build_only_their_blocks():
     assert sorted(r["rank"] for r in records) == [0, 1]
     for r in records:
         assert r["whole_fields"] == [], r
+
+
+def test_geometry_processes_build_only_their_blocks():
+    """Two MPI processes (halo mpi) build the STL tunnel (mesh crossings, link fractions, the
+    body's facts), place it and step once without evaluating any grid field on the whole grid;
+    the blocks are split along z, the voxeliser's ray axis, through the body."""
+    from mpi import mpirun
+
+    args = ["-m", "solver.bench.setup_memory", "--worker", "--", "case=geometry",
+            "fluid=d3q19", "case.resolution=4", "domain.halo=mpi", "domain.mesh=[1,1,2]",
+            "output.fields=false", "output.png=false"]  # fmt: skip
+    result = mpirun(2, args, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    decoder = json.JSONDecoder()
+    records = [
+        decoder.raw_decode(line[line.index("RESULT ") + 7 :])[0]
+        for line in result.stdout.splitlines()
+        if "RESULT " in line
+    ]
+    assert sorted(r["rank"] for r in records) == [0, 1]
+    for r in records:
+        assert r["whole_fields"] == [], r
+        assert r["local_shape"][2] * 2 == r["shape"][2], r
 
 
 def test_blocks_are_placed_a_slab_at_a_time(built, monkeypatch):

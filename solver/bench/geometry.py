@@ -15,6 +15,17 @@ each timed on its own (median of ``--repeats``; NumPy on one core):
 - dense: writing them into the (q, n^3) float32 ``wall_distance`` array the step reads, which
   is memory-bound (and the largest allocation of the three).
 
+and the per-block path that ``case=geometry`` takes (each process builds only its block; no
+array over the whole grid):
+
+- crossings: the crossings of every z column, sorted, and the winding check
+  (``ColumnCrossings``; the one scan-conversion of the solid pass);
+- half block: the solid nodes of one of two blocks (half the grid along x) from them;
+- links by queries: the link fractions with each link's ends classified by point queries on
+  the crossings (``mesh_links``) instead of whole-grid masks;
+- facts: node count, frontal area and fluid-to-solid link count, slab by slab over the body's
+  bounding box (``body_facts``).
+
 Printed per phase: seconds and nodes per second (n^3 / seconds).
 """
 
@@ -29,7 +40,14 @@ from pathlib import Path
 import numpy as np
 
 from kernels.lattices import lattice_by_name
-from solver.fluid.geometry import check_closed, mesh_link_fractions, solid_mask
+from solver.fluid.geometry import (
+    ColumnCrossings,
+    check_closed,
+    mesh_link_fractions,
+    mesh_links,
+    solid_mask,
+)
+from solver.fluid.geometry.facts import body_facts
 from solver.fluid.geometry.mesh import TriangleMesh
 from solver.fluid.geometry.shapes import icosphere, torus_knot_with
 
@@ -73,6 +91,9 @@ def run(shape: str, triangles: int, n: int, lattice_name: str, repeats: int) -> 
         lambda: mesh_link_fractions(vertices, mesh.faces, lattice.c, solid), repeats
     )
     _, t_dense = timed(lambda: links.dense(lattice.q, grid), repeats)
+    blocks = per_block(vertices, mesh.faces, grid, lattice, repeats)
+    if blocks.pop("links") != len(links):
+        raise AssertionError("the per-block links differ from the whole-grid ones")
     nodes = n**3
     return {
         "shape": shape,
@@ -83,12 +104,34 @@ def run(shape: str, triangles: int, n: int, lattice_name: str, repeats: int) -> 
         "boundary_links": len(links),
         "links_without_crossing": int(links.missing),
         "seconds": {"check": t_check, "solid": t_solid, "links": t_links, "dense": t_dense},
+        "per_block_seconds": blocks,
         "nodes_per_s": {
             "solid": nodes / t_solid,
             "links": nodes / t_links,
             "solid+links": nodes / (t_solid + t_links),
         },
     }
+
+
+def per_block(vertices, faces, grid, lattice, repeats: int) -> dict:
+    """Seconds of the per-block path's phases (and the number of links it found)."""
+    columns, t_crossings = timed(lambda: ColumnCrossings(vertices, faces, grid), repeats)
+    half = (slice(0, grid[0] // 2), slice(0, grid[1]), slice(0, grid[2]))
+    _, t_block = timed(lambda: columns.solid(half), repeats)
+
+    def classify(nodes):
+        inside = columns.solid_at(nodes)
+        return inside, ~inside
+
+    links, t_links = timed(lambda: mesh_links(vertices, faces, lattice.c, grid, classify), repeats)
+
+    def fluid(box):
+        return ~columns.solid(box)
+
+    bounds = columns.node_bounds()
+    _, t_facts = timed(lambda: body_facts(columns.solid, fluid, bounds, grid, lattice.c), repeats)
+    return {"crossings": t_crossings, "half_block": t_block, "links_by_queries": t_links,
+            "facts": t_facts, "links": len(links)}  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -114,6 +157,12 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  both         {s['solid'] + s['links']:8.3f} s   "
           f"{rate['solid+links'] / 1e6:8.1f} M nodes/s")  # fmt: skip
     print(f"  dense array  {s['dense']:8.3f} s   (q x n^3 float32 wall_distance)")
+    b = row["per_block_seconds"]
+    print("per block (case=geometry):")
+    print(f"  crossings    {b['crossings']:8.3f} s   (every z column, sorted, winding check)")
+    print(f"  half block   {b['half_block']:8.3f} s   (solid nodes of one of two blocks)")
+    print(f"  link fract.  {b['links_by_queries']:8.3f} s   (ends classified by point queries)")
+    print(f"  body facts   {b['facts']:8.3f} s   (slab by slab over the body's box)")
     if args.json is not None:
         args.json.write_text(json.dumps(row, indent=2) + "\n")
     return 0

@@ -11,9 +11,13 @@ two columns include the state, the equilibrium's temporaries and the step's buff
 by construction. The set-up's host share is "rho, u placed" minus "start".
 
     python -m solver.bench setup_memory --sizes 64 128 192 --processes 2
+    python -m solver.bench setup_memory --case geometry --sizes 10 20 30
 
 Options: ``--case`` (a fluid case, default taylor_green), ``--lattice`` (default D3Q19),
-``--processes``, ``--sizes`` (case.resolution values) and extra Hydra overrides after ``--``.
+``--processes``, ``--sizes`` (case.resolution values; default 64 128 192, for ``--case
+geometry`` 10 20 30 cells per reference length: tunnels of 100x60x60 to 300x180x180 around the
+sample STL sphere, voxelised in the "case + geometry" phase) and extra Hydra overrides after
+``--``.
 """
 
 from __future__ import annotations
@@ -29,6 +33,9 @@ from pathlib import Path
 
 PHASES = ("start", "model", "fields", "state", "step")
 GRID_FIELDS = ("solid", "wall_velocity", "wall_distance", "obstacle", "sponge")
+SIZES = [64, 128, 192]
+# case.resolution is cells per reference length there, not across the grid
+CASE_SIZES = {"geometry": [10, 20, 30]}
 HEADERS = {
     "start": "start",
     "model": "case + geometry",
@@ -142,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--case", default="taylor_green")
     parser.add_argument("--lattice", default="d3q19", help="the fluid config group")
     parser.add_argument("--processes", type=int, default=2)
-    parser.add_argument("--sizes", type=int, nargs="+", default=[64, 128, 192])
+    parser.add_argument("--sizes", type=int, nargs="+", default=None, help="case.resolution")
     parser.add_argument(
         "--whole",
         action="store_true",
@@ -154,6 +161,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.worker:
         return worker(args.overrides, args.whole)
+    sizes = args.sizes or CASE_SIZES.get(args.case, SIZES)
     print(
         f"peak host RSS per process (VmHWM, MiB), {args.case} {args.lattice.upper()}, "
         f"{args.processes} MPI processes, domain.halo=mpi"
@@ -162,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
     columns = " ".join(f"{HEADERS[p]:>16}" for p in PHASES)
     print(f"{'grid':>14} {'block':>14} {'rank':>4} {columns}")
     status = 0
-    for size in args.sizes:
+    for size in sizes:
         overrides = [f"case={args.case}", f"fluid={args.lattice}", f"case.resolution={size}",
                      "domain.halo=mpi", "output.fields=false", "output.png=false",
                      *args.overrides]  # fmt: skip

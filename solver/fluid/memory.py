@@ -17,9 +17,10 @@ host (NumPy, float64 as the case builders allocate):
     output           the gathered final density and velocity in lattice and SI units, float64.
 With several processes the case arrays and the builder's scratch are a process's blocks (its
 L cells per shard; the grid fields are built per block, ``solver.fluid.setup.GridField``, and
-placed a slab at a time, so the scratch is at most a slab's), except for the STL ``geometry``
-case, whose voxeliser works on the whole grid; the output stays the whole grid (process 0
-gathers the final fields for the case's diagnostics and the PNG).
+placed a slab at a time, so the scratch is at most a slab's; the ``geometry`` case's voxeliser
+too, ``solver.fluid.geometry.columns``); the output is the whole grid up to
+``output.gather_cells`` (process 0 gathers the final fields for the case's diagnostics and the
+PNG), above it one plane.
 device (per shard of L cells, Lp = L with one ghost layer on every face; ``solver.fluid.step``):
     populations      the state, the chunk's two padded buffers, scratch buffers for
                      materialised streaming (curved walls, open boundaries, force measurement)
@@ -48,7 +49,7 @@ from solver.fluid.grid_field import SLAB_CELLS
 
 F64 = 8  # bytes of a float64: the case builders' NumPy arrays
 # cases whose set-up builds whole-grid arrays on every process (the STL voxeliser)
-WHOLE_GRID_SETUP = ("geometry",)
+WHOLE_GRID_SETUP: tuple[str, ...] = ()  # cases whose set-up is not built per block
 
 
 @dataclass(frozen=True)
@@ -150,7 +151,10 @@ def estimate(
     if footprint.curved:
         host_case += F64 * q * built + built
     host_scratch = int(F64 * footprint.scratch(d) * scratch_cells)
-    host_output = 2 * F64 * (1 + d) * cells  # process 0 gathers the final fields
+    # process 0 gathers the final fields, up to output.gather_cells (above: the PNG's plane)
+    output = getattr(config, "output", None)
+    gathered = cells if output is None or cells <= output.gather_cells else cells // shape[-1]
+    host_output = 2 * F64 * (1 + d) * gathered
     padded = math.prod(n + 2 for n in block)
     # the state and the two padded buffers hold the stored form (fluid.storage: 2 bytes for
     # the 16-bit formats); temporaries and scratch buffers hold decoded compute values

@@ -18,6 +18,14 @@ link against the triangles (solver.fluid.geometry.voxels); ``mesh: sphere`` is t
 of ``sphere_diameter`` centred at ``translation`` instead (solver.fluid.geometry.sphere). The
 body must keep two cells from the inlet and outlet and one from the sides.
 
+Built per block: the solid and obstacle masks and the link fractions are ``GridField``s that a
+process evaluates on its own blocks only. The mesh's crossings of every z column are kept sparse
+and sorted (``ColumnCrossings``: a box's nodes from its columns' crossings alone), the links are a
+sparse list whose ends are classified by point queries on them, and the facts about the whole
+body (node count, frontal area, link count) are read slab by slab over its bounding box
+(``body_facts``): no array over the whole grid, and every block equals the whole grid's slice
+bit for bit (tests/test_geometry_blocks.py).
+
 Coefficients, lattice units with rho = 1, U the inflow velocity, A the reference area and L the
 reference length (both in cells):
     C_D = F_x / (1/2 U^2 A),  C_y = F_y / (...),  C_z = F_z / (...),
@@ -29,6 +37,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -39,6 +48,7 @@ from solver.errors import ConfigError
 from solver.fluid.cases.base import (
     Case,
     RunData,
+    box_indices,
     box_shape,
     cells,
     fluid_setup,
@@ -48,16 +58,18 @@ from solver.fluid.cases.base import (
 from solver.fluid.cases.cylinder import HYSTERESIS, upward_crossings
 from solver.fluid.config import ANALYTIC_SPHERE, OUTLETS, GeometryConfig
 from solver.fluid.geometry import (
+    ColumnCrossings,
     Links,
     MeshError,
     Placement,
     check_closed,
     load_mesh,
-    mesh_link_fractions,
-    solid_mask,
+    mesh_links,
     sphere_link_fractions,
     sphere_mask,
 )
+from solver.fluid.geometry.facts import BodyFacts, body_facts
+from solver.fluid.geometry.sphere import sphere_bounds
 from solver.fluid.grid_field import Box, GridField
 from solver.fluid.setup import InflowSchedule, OpenBoundary
 
@@ -74,17 +86,20 @@ COEFFICIENTS = ("cd", "cy", "cz", "cmx", "cmy", "cmz")
 
 @dataclass(frozen=True)
 class Body:
-    """The voxelised body.
+    """The voxelised body, built per block: its nodes on any box, its links (sparse) and the
+    facts about the whole of it.
 
     Attributes:
-        solid: (*shape) bool, the body's nodes.
-        links: its link fractions.
+        solid: (*shape) bool, the body's nodes (not the side walls'), computed per box.
+        links: its link fractions (``missing``: the fluid-to-body links no crossing reached).
+        facts: its node count, frontal area and link count, found slab by slab.
         triangles: triangles of the mesh (0 for the analytic sphere).
-        seconds: wall time of the voxelisation (solid nodes and link fractions), s.
+        seconds: wall time of the voxelisation (crossings, link fractions, facts), s.
     """
 
-    solid: np.ndarray
+    solid: GridField
     links: Links
+    facts: BodyFacts
     triangles: int
     seconds: float
 
@@ -190,14 +205,20 @@ def build(config: RunConfig) -> GeometryCase:
     tunnel = (c.length, c.width, c.height)
     extent = (shape[0] * dx, (shape[1] - 2 * walls) * dx, (shape[2] - 2 * walls) * dx)
 
-    wall_solid = np.zeros(shape, dtype=bool)
-    if walls:
-        wall_solid[:, [0, -1], :] = True
-        wall_solid[:, :, [0, -1]] = True
-    body = _body(c, lattice, shape, origin, dx, extent, wall_solid)
-    solid = wall_solid | body.solid
+    def in_wall(i, j, k):  # the solid layers of no-slip sides (index arrays, broadcastable)
+        if not walls:
+            return np.zeros(np.broadcast_shapes(np.shape(i), np.shape(j), np.shape(k)), bool)
+        return (j == 0) | (j == shape[1] - 1) | (k == 0) | (k == shape[2] - 1)
+
+    body = _body(c, lattice, shape, origin, dx, extent, in_wall)
     obstacle = body.solid
-    if not obstacle.any():
+
+    def solid_on(box: Box) -> np.ndarray:
+        wall = np.broadcast_to(in_wall(*box_indices(box)), box_shape(box))
+        return wall | obstacle[box]
+
+    solid = GridField(shape, bool, solid_on)
+    if body.facts.nodes == 0:
         raise ConfigError(
             "case.resolution",
             c.resolution,
@@ -206,7 +227,7 @@ def build(config: RunConfig) -> GeometryCase:
         )
 
     # the frontal area: the reference area, or the voxelised body's projection on y-z
-    frontal_cells = float(np.count_nonzero(obstacle.any(axis=0)))
+    frontal_cells = float(body.facts.frontal_cells)
     area = c.reference_area if c.reference_area is not None else frontal_cells * dx * dx
     u_lattice = units.to_lattice_velocity(c.velocity)
     inlet_velocity = np.zeros((3, shape[1], shape[2]))
@@ -246,7 +267,7 @@ def build(config: RunConfig) -> GeometryCase:
     log.info(
         "geometry: %s, %d solid nodes, %d boundary links, voxelised in %.2f s",
         "exact sphere" if c.mesh == ANALYTIC_SPHERE else f"{body.triangles} triangles",
-        int(obstacle.sum()),
+        body.facts.nodes,
         len(body.links),
         body.seconds,
     )
@@ -269,7 +290,7 @@ def build(config: RunConfig) -> GeometryCase:
             "reference_length_m": c.reference_length,
             "blockage": frontal_cells * dx * dx / cross_section,
             "tunnel_m": list(tunnel),
-            "solid_nodes": int(obstacle.sum()),
+            "solid_nodes": body.facts.nodes,
             "boundary_links": len(body.links),
             "links_without_crossing": int(body.links.missing),
             "triangles": body.triangles,
@@ -303,9 +324,15 @@ def _body(
     origin: tuple[float, ...],
     dx: float,
     extent: tuple[float, float, float],
-    wall_solid: np.ndarray,
+    in_wall: Callable,
 ) -> Body:
-    """Load, check, place and voxelise the configured body (ConfigError naming the key)."""
+    """Load, check, place and voxelise the configured body (ConfigError naming the key).
+
+    No array here spans the grid: the mesh's crossings of the z columns are kept sparse
+    (``ColumnCrossings``) and give the body's nodes on any box; the link fractions are cast
+    against the mesh and classified by point queries (``mesh_links``); the facts about the
+    whole body are read slab by slab over its bounding box (``body_facts``). ``in_wall(i, j,
+    k)`` says which nodes are side walls (broadcastable index arrays)."""
     origin_arr = np.asarray(origin)
     if c.mesh == ANALYTIC_SPHERE:
         radius = 0.5 * c.sphere_diameter
@@ -314,9 +341,14 @@ def _body(
         _check_inside(lower, upper, dx, extent, "sphere", c.translation)
         start = time.perf_counter()
         center = (np.asarray(c.translation) - origin_arr) / dx - 0.5
-        solid = sphere_mask(center, radius / dx, shape) & ~wall_solid
-        links = sphere_link_fractions(center, radius / dx, lattice.c, solid, ~(solid | wall_solid))
-        return Body(solid, links, 0, time.perf_counter() - start)
+
+        def inside(box: Box) -> np.ndarray:
+            return sphere_mask(center, radius / dx, shape, box)
+
+        bounds = sphere_bounds(center, radius / dx, shape)
+        solid, fluid = _masks(shape, inside, in_wall)
+        links = sphere_link_fractions(center, radius / dx, lattice.c, solid, fluid)
+        return _finish(shape, lattice, solid, fluid, links, bounds, 0, start)
     try:
         mesh = load_mesh(c.mesh)
         check_closed(mesh)
@@ -331,14 +363,55 @@ def _body(
     vertices = (placed.vertices - origin_arr) / dx - 0.5
     start = time.perf_counter()
     try:
-        solid = solid_mask(vertices, placed.faces, shape) & ~wall_solid
+        columns = ColumnCrossings(vertices, placed.faces, shape)
     except MeshError as err:
         raise ConfigError(
             "case.mesh", c.mesh, "a mesh without self-intersections or overlapping parts",
             hint=str(err),
         ) from None  # fmt: skip
-    links = mesh_link_fractions(vertices, placed.faces, lattice.c, solid, ~(solid | wall_solid))
-    return Body(solid, links, len(placed.faces), time.perf_counter() - start)
+    solid, fluid = _masks(shape, columns.solid, in_wall)
+
+    def classify(nodes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        inside, wall = columns.solid_at(nodes), in_wall(*nodes.T)
+        return inside & ~wall, ~(inside | wall)
+
+    links = mesh_links(vertices, placed.faces, lattice.c, shape, classify)
+    bounds = columns.node_bounds()
+    return _finish(shape, lattice, solid, fluid, links, bounds, len(placed.faces), start)
+
+
+def _masks(
+    shape: tuple[int, ...], inside: Callable[[Box], np.ndarray], in_wall: Callable
+) -> tuple[GridField, GridField]:
+    """(the body's nodes, the fluid nodes) as grid fields, from ``inside(box)`` (the nodes
+    inside the surface) and the side walls (which are never the body's)."""
+
+    def wall_on(box: Box) -> np.ndarray:
+        return np.broadcast_to(in_wall(*box_indices(box)), box_shape(box))
+
+    def body_on(box: Box) -> np.ndarray:
+        return inside(box) & ~wall_on(box)
+
+    def fluid_on(box: Box) -> np.ndarray:
+        return ~(inside(box) | wall_on(box))
+
+    return GridField(shape, bool, body_on), GridField(shape, bool, fluid_on)
+
+
+def _finish(
+    shape: tuple[int, int, int],
+    lattice: Lattice,
+    solid: GridField,
+    fluid: GridField,
+    links: Links,
+    bounds: Box,
+    triangles: int,
+    start: float,
+) -> Body:
+    """The Body, with the facts about the whole of it (slab by slab) and its missing links."""
+    facts = body_facts(solid.box, fluid.box, bounds, shape, lattice.c)
+    links = Links(links.node, links.direction, links.fraction, facts.links - len(links))
+    return Body(solid, links, facts, triangles, time.perf_counter() - start)
 
 
 def _check_inside(

@@ -29,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-from solver.fluid.geometry.voxels import MeshError
+from solver.fluid.geometry.columns import MeshError
 
 FORMATS = (".stl", ".obj", ".ply")
 UNITS = {"m": 1.0, "cm": 1e-2, "mm": 1e-3}

@@ -23,15 +23,32 @@ def _box(center: np.ndarray, radius: float, shape: tuple[int, ...]) -> tuple[sli
     )
 
 
-def sphere_mask(center, radius: float, shape: tuple[int, int, int]) -> np.ndarray:
-    """(nx, ny, nz) bool, True on nodes with |x - center| <= radius (index units)."""
+def sphere_mask(
+    center, radius: float, shape: tuple[int, int, int], box: tuple[slice, ...] | None = None
+) -> np.ndarray:
+    """(nx, ny, nz) bool, True on nodes with |x - center| <= radius (index units); on ``box``
+    (three slices, step 1) only, (box shape): the whole grid's slice there, bit for bit (the
+    same sums of squares of the same coordinates)."""
     center = np.asarray(center, dtype=np.float64)
-    out = np.zeros(shape, dtype=bool)
-    box = _box(center, radius, shape)
-    axes = [np.arange(s.start, s.stop) - c for s, c in zip(box, center, strict=True)]
+    box = tuple(slice(0, int(n)) for n in shape) if box is None else box
+    out = np.zeros(tuple(s.stop - s.start for s in box), dtype=bool)
+    near = tuple(
+        slice(max(s.start, b.start), min(s.stop, b.stop))
+        for s, b in zip(box, _box(center, radius, shape), strict=True)
+    )
+    if any(s.start >= s.stop for s in near):
+        return out
+    axes = [np.arange(s.start, s.stop) - c for s, c in zip(near, center, strict=True)]
     r2 = axes[0][:, None, None] ** 2 + axes[1][None, :, None] ** 2 + axes[2][None, None, :] ** 2
-    out[box] = r2 <= radius * radius
+    out[
+        tuple(slice(s.start - b.start, s.stop - b.start) for s, b in zip(near, box, strict=True))
+    ] = r2 <= radius * radius
     return out
+
+
+def sphere_bounds(center, radius: float, shape: tuple[int, ...]) -> tuple[slice, ...]:
+    """A box of nodes holding the sphere's (its bounding box widened by one node, clipped)."""
+    return _box(np.asarray(center, dtype=np.float64), radius, shape)
 
 
 def sphere_link_fractions(
@@ -42,6 +59,9 @@ def sphere_link_fractions(
     fluid: np.ndarray | None = None,
 ) -> Links:
     """Exact link fractions of every link from a fluid node into the sphere's ``solid`` nodes.
+
+    ``solid`` and ``fluid`` are read on the sphere's box only (``sphere_bounds``), so lazy grid
+    fields (``GridField``) compute just that box.
 
     Args:
         center: (3,) index coordinates; radius: in cells.

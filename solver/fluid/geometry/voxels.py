@@ -10,7 +10,9 @@ surface) to the winding number of every node above it, k > z_c. A node is solid 
 winding number is 1 and fluid where it is 0 (the parity of the crossings below it, but signed,
 so that it also checks the mesh). Any other value means overlapping shells, a self-intersection
 or an inverted part; that is reported (``MeshError``) with the number of such nodes. Cost: one
-scan-conversion of the mesh plus a cumulative sum over the grid.
+scan-conversion of the mesh plus a cumulative sum over the grid. The crossings are kept sorted
+by column (``solver.fluid.geometry.columns.ColumnCrossings``), so that the same mask can be
+built on any box alone, bit for bit.
 
 Link fractions (``mesh_link_fractions``). For a fluid node x whose neighbour x + c_i is solid,
 Bouzidi's rule needs q in (0, 1] with x + q c_i on the wall (Bouzidi, Firdaouss & Lallemand 2001,
@@ -30,22 +32,23 @@ A crossing exactly at a node ends both links that meet there. A fluid-to-solid l
 crossing reaches only touches the surface: its solid node lies exactly on the surface (as on
 the edges of a box whose faces pass through nodes, which the half-open rules count as solid on
 one side) or within rounding of it. It keeps q = 1/2 and is counted (``Links.missing``).
+
+``mesh_links`` is the same pass without whole-grid masks: each link's two ends are classified by
+a callback (point queries on ``ColumnCrossings``), so a process that builds only its block never
+holds a mask of the whole grid; the links are a sparse list, O(surface).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
+from solver.fluid.geometry.columns import ColumnCrossings
 from solver.fluid.geometry.raster import pierce
 
 MIN_FRACTION = 1e-6  # a wall through the fluid node itself: q = 0 is raised to this
-
-
-class MeshError(ValueError):
-    """A mesh that cannot be voxelised: open, inconsistently wound, self-intersecting,
-    unreadable. The message is one line naming the problem."""
 
 
 @dataclass(frozen=True)
@@ -88,23 +91,8 @@ def solid_mask(vertices: np.ndarray, faces: np.ndarray, shape: tuple[int, int, i
         MeshError: nodes with a winding number other than 0 or 1 (self-intersection,
             overlapping shells, an inverted part), with their count and the first of them.
     """
-    n0, n1, n2 = (int(n) for n in shape)
-    crossings = pierce(vertices[faces], (0, 0), (n0 - 1, n1 - 1))
-    above = np.clip(np.floor(crossings.position).astype(np.int64) + 1, 0, n2)
-    flat = (crossings.column[:, 0] * n1 + crossings.column[:, 1]) * (n2 + 1) + above
-    steps = np.bincount(flat, weights=crossings.sign, minlength=n0 * n1 * (n2 + 1))
-    winding = np.cumsum(steps.astype(np.int16).reshape(n0, n1, n2 + 1), axis=2, dtype=np.int16)
-    inside = winding[:, :, :n2]
-    bad = (inside != 0) & (inside != 1)
-    if bad.any() or winding[:, :, n2].any():
-        count = int(bad.sum())
-        where = np.argwhere(bad)
-        first = tuple(int(v) for v in where[0]) if len(where) else None
-        raise MeshError(
-            f"self-intersecting or overlapping surface: {count} nodes have a winding number "
-            f"other than 0 or 1 (first at node {first})"
-        )
-    return inside == 1
+    columns = ColumnCrossings(vertices, faces, shape)
+    return columns.solid(tuple(slice(0, int(n)) for n in shape))
 
 
 def mesh_link_fractions(
@@ -126,6 +114,27 @@ def mesh_link_fractions(
         the links and their fractions (see ``Links``).
     """
     fluid = ~solid if fluid is None else fluid
+
+    def classify(nodes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        where = tuple(nodes.T)
+        return solid[where], fluid[where]
+
+    links = mesh_links(vertices, faces, velocities, solid.shape, classify)
+    expected = count_links(velocities, solid, fluid)
+    return Links(links.node, links.direction, links.fraction, missing=expected - len(links))
+
+
+def mesh_links(
+    vertices: np.ndarray,
+    faces: np.ndarray,
+    velocities: np.ndarray,
+    shape: tuple[int, int, int],
+    classify: Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]],
+) -> Links:
+    """``mesh_link_fractions`` without whole-grid masks: ``classify(nodes)`` gives (solid,
+    fluid), (m,) bool each, at the nodes (m, 3) that the lattice lines cross the mesh between
+    (e.g. ``ColumnCrossings.solid_at``). Memory O(links), not O(grid). ``missing`` is 0 (it
+    needs the count of every fluid-to-solid link: ``count_links``)."""
     c = np.asarray(velocities, dtype=np.int64)
     index = {tuple(v): i for i, v in enumerate(c.tolist())}
     triangles = np.asarray(vertices, dtype=np.float64)[faces]  # (t, 3, 3), gathered once
@@ -137,7 +146,7 @@ def mesh_link_fractions(
         if ci[a] != 1:  # the partner of a direction with c_a = +1: done with it
             continue
         opposite = index[tuple((-ci).tolist())]
-        found.append(_pass(triangles, ci, a, i, opposite, solid, fluid))
+        found.append(_pass(triangles, ci, a, i, opposite, tuple(shape), classify))
     node = np.concatenate([f[0] for f in found]) if found else np.zeros(0, np.int64)
     direction = np.concatenate([f[1] for f in found]) if found else np.zeros(0, np.int64)
     fraction = np.concatenate([f[2] for f in found]) if found else np.zeros(0)
@@ -147,9 +156,7 @@ def mesh_link_fractions(
     first = np.ones(len(order), dtype=bool)
     first[1:] = key[order][1:] != key[order][:-1]
     keep = order[first]
-    links = Links(node[keep], direction[keep], fraction[keep])
-    expected = count_links(c, solid, fluid)
-    return Links(links.node, links.direction, links.fraction, missing=expected - len(links))
+    return Links(node[keep], direction[keep], fraction[keep])
 
 
 def _pass(
@@ -158,12 +165,11 @@ def _pass(
     a: int,
     plus: int,
     minus: int,
-    solid: np.ndarray,
-    fluid: np.ndarray,
+    shape: tuple[int, int, int],
+    classify: Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]],
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(node, direction, fraction) of the links along +c (index ``plus``) and -c (``minus``)
     from one scan-conversion of ``triangles`` (t, 3, 3) sheared along axis ``a``."""
-    shape = solid.shape
     b = [axis for axis in range(3) if axis != a]
     # the sheared frame: columns u_b = x_b - c_b x_a, rays along x_a
     along = triangles[:, :, a]
@@ -197,9 +203,10 @@ def _pass(
     lower, upper, t = lower[inside], upper[inside], t[inside]
     lo = np.ravel_multi_index(lower.T, shape)
     up = np.ravel_multi_index(upper.T, shape)
-    solid_flat, fluid_flat = solid.ravel(), fluid.ravel()
-    forward = fluid_flat[lo] & solid_flat[up]  # the link lower -> upper (+c) enters the solid
-    backward = fluid_flat[up] & solid_flat[lo]  # upper -> lower (-c)
+    solid_lo, fluid_lo = classify(lower)
+    solid_up, fluid_up = classify(upper)
+    forward = fluid_lo & solid_up  # the link lower -> upper (+c) enters the solid
+    backward = fluid_up & solid_lo  # upper -> lower (-c)
     node = np.concatenate([lo[forward], up[backward]])
     direction = np.concatenate(
         [np.full(int(forward.sum()), plus), np.full(int(backward.sum()), minus)]
