@@ -143,10 +143,19 @@ def test_processes_build_only_their_blocks():
     """Two MPI processes (halo mpi) build their model, state and one step of the cylinder
     (every kind of geometry field: walls, obstacle, link fractions, sponge, a perturbed
     initial velocity) without evaluating any grid field on the whole grid."""
+
+    records = _setup_worker_records(
+        ["case=cylinder", "case.resolution=6", "case.sponge_length=0.5", "domain.halo=mpi"]
+    )
+    for r in records:
+        assert r["whole_fields"] == [], r
+
+
+def _setup_worker_records(overrides: list[str]) -> list[dict]:
+    """The RESULT records of ``solver.bench.setup_memory --worker`` on 2 MPI processes."""
     from mpi import mpirun
 
-    args = ["-m", "solver.bench.setup_memory", "--worker", "--", "case=cylinder",
-            "case.resolution=6", "case.sponge_length=0.5", "domain.halo=mpi",
+    args = ["-m", "solver.bench.setup_memory", "--worker", "--", *overrides,
             "output.fields=false", "output.png=false"]  # fmt: skip
     result = mpirun(2, args, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
@@ -158,28 +167,17 @@ def test_processes_build_only_their_blocks():
         if "RESULT " in line
     ]
     assert sorted(r["rank"] for r in records) == [0, 1]
-    for r in records:
-        assert r["whole_fields"] == [], r
+    return records
 
 
 def test_geometry_processes_build_only_their_blocks():
     """Two MPI processes (halo mpi) build the STL tunnel (mesh crossings, link fractions, the
     body's facts), place it and step once without evaluating any grid field on the whole grid;
     the blocks are split along z, the voxeliser's ray axis, through the body."""
-    from mpi import mpirun
-
-    args = ["-m", "solver.bench.setup_memory", "--worker", "--", "case=geometry",
-            "fluid=d3q19", "case.resolution=4", "domain.halo=mpi", "domain.mesh=[1,1,2]",
-            "output.fields=false", "output.png=false"]  # fmt: skip
-    result = mpirun(2, args, timeout=300)
-    assert result.returncode == 0, result.stderr[-3000:]
-    decoder = json.JSONDecoder()
-    records = [
-        decoder.raw_decode(line[line.index("RESULT ") + 7 :])[0]
-        for line in result.stdout.splitlines()
-        if "RESULT " in line
-    ]
-    assert sorted(r["rank"] for r in records) == [0, 1]
+    records = _setup_worker_records(
+        ["case=geometry", "fluid=d3q19", "case.resolution=4", "domain.halo=mpi",
+         "domain.mesh=[1,1,2]"]
+    )  # fmt: skip
     for r in records:
         assert r["whole_fields"] == [], r
         assert r["local_shape"][2] * 2 == r["shape"][2], r
