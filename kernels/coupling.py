@@ -422,10 +422,12 @@ def lubrication_pairs(
     min_gap: Array,
     inverse_mass: Array | None = None,
     dt: float = 0.0,
+    one_sided: bool = False,
 ) -> Array:
     """(s, 3) N, the normal lubrication forces of sphere pairs (i, j), summed per sphere.
 
-    On i: F = c(h) ((v_j - v_i) . n) n with n from i to j; on j the opposite.
+    On i: F = c(h) ((v_j - v_i) . n) n with n from i to j; on j the opposite (``one_sided``:
+    on i only, for pair lists that hold each pair once from either side).
 
     Args:
         position, velocity: (s, 3); radius: (s,) m; i, j, valid: (P,) the pair list
@@ -446,4 +448,6 @@ def lubrication_pairs(
         c = implicit_damping(c, inverse_mass[i] + inverse_mass[j_safe], dt)
     f = jnp.where(valid, c * closing, 0.0)[:, None] * n
     out = jnp.zeros_like(position)
+    if one_sided:
+        return out.at[i].add(f)
     return out.at[i].add(f).at[j_safe].add(-f)

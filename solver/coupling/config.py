@@ -15,6 +15,9 @@ from solver.errors import ConfigError
 from solver.sections import Section
 
 COUPLING_METHODS = ("none", "psm")
+BODY_PLACEMENTS = ("replicated", "owned")  # coupling.bodies
+CAPACITY_KEYS = ("capacity", "ghost_capacity", "migration_capacity", "cell_capacity",
+                 "max_partners")  # fmt: skip
 PSM_WEIGHTINGS = ("noble_torczynski", "fraction")  # kernels.coupling.WEIGHTINGS
 
 
@@ -68,6 +71,10 @@ class CouplingConfig:
         lubrication_cutoff: cells (2/3: waLBerla's normal cutoff).
         lubrication_min_gap: fraction of the sphere radius, the smallest gap it uses.
         scene: bodies added to a fluid case (the coupled cases carry their own); None: none.
+        bodies: "replicated" (every shard of the fluid's mesh holds every body) or "owned"
+            (each shard owns the bodies whose centre its block holds; ghosts near its faces).
+        capacities: with owned bodies, buffer sizes per shard by ``CAPACITY_KEYS`` (None: sized
+            from the scene, solver.distributed.bodies.in_fluid.plan_fluid_layout).
     """
 
     method: str = "none"
@@ -79,6 +86,8 @@ class CouplingConfig:
     lubrication_cutoff: float = 2.0 / 3.0
     lubrication_min_gap: float = 0.0007
     scene: FluidSceneConfig | None = None
+    bodies: str = "replicated"
+    capacities: dict = dataclasses.field(default_factory=dict)
 
     @property
     def enabled(self) -> bool:
@@ -97,6 +106,10 @@ def parse_coupling(s: Section) -> CouplingConfig:
         lubrication_cutoff=s.number("lubrication_cutoff", low=0.0, high=5.0),
         lubrication_min_gap=s.number("lubrication_min_gap", low=0.0, high=1.0),
         scene=parse_fluid_scene(s.sub("scene")) if s.data.get("scene") is not None else None,
+        bodies=s.choice("bodies", BODY_PLACEMENTS) if "bodies" in s.data else "replicated",
+        capacities={
+            name: s.integer(name, allow_none=True) for name in CAPACITY_KEYS if name in s.data
+        },
     )
 
 

@@ -2,7 +2,9 @@
 
 State: ``CoupledState`` (the fluid's populations split over ``domain.mesh``, and the bodies
 with their last hydrodynamic force, replicated on every shard). The chunk is the fluid chunk
-with the coupled collision (``solver.coupling.step``); it reports the tracked bodies' position,
+with the coupled collision (``solver.coupling.step``); with ``coupling.bodies=owned`` each
+shard owns the bodies whose centre its block holds inside the chunk (held whole again at its
+end: ``solver.distributed.bodies.in_fluid.owned_chunk``). It reports the tracked bodies' position,
 velocity and hydrodynamic force after every fluid step. Outputs in one run directory, timed
 alike so that ParaView shows them together: fields.h5/xdmf and bodies.h5/xdmf at the output
 steps, bodies_track.csv every step, a PNG of a slice through the first body with the bodies
@@ -27,8 +29,10 @@ from solver.coupling.case import CoupledCase
 from solver.coupling.cases import build_coupled_case
 from solver.coupling.output import TrackLog, plot_track, save_slice_png
 from solver.coupling.step import TRACK_FIELDS, CoupledBodies
+from solver.distributed.bodies import in_fluid
+from solver.distributed.bodies.in_fluid import owned_chunk
 from solver.distributed.runtime import Runtime
-from solver.errors import ConfigError
+from solver.errors import BodyOverflowError, ConfigError
 from solver.fluid.inplace_step import require_native
 from solver.fluid.model import OUTPUTS_PER_RUN, FluidModel, _replicated
 from solver.fluid.step import FluidState
@@ -90,11 +94,38 @@ class CoupledModel(FluidModel):
         )
         if self.setup.kernel == "native":
             require_native(self.setup, coupled=True)
-        self._chunk = self.dist.coupled_chunk(self.setup, coupled.coupling)
+        self.body_layout = None
+        if config.coupling.bodies == "owned":
+            self.body_layout = self._owned_layout(config.coupling)
+            coupled = self.coupled = dataclasses.replace(
+                coupled, coupling=dataclasses.replace(coupled.coupling, owned=self.body_layout)
+            )
+            self._chunk = owned_chunk(self.dist, self.setup, coupled.coupling, self.body_layout)
+        else:
+            self._chunk = self.dist.coupled_chunk(self.setup, coupled.coupling)
         self.tracked = min(coupled.coupling.tracked, self.n_bodies)
         self.track: list[np.ndarray] = []  # (k, tracked, 9) per chunk, SI
         self.body_writer: BodyWriter | None = None
         self.track_log: TrackLog | None = None
+
+    def _owned_layout(self, coupling_config):
+        """The split of the bodies over the fluid's mesh (``coupling.bodies=owned``): exit 2
+        with a one-line error where it does not fit (clumps, a block narrower than a body's
+        reach)."""
+        coupling = self.coupled.coupling
+        mesh = tuple(self.dist.decomposition.mesh)
+        shape = tuple(self.setup.shape)
+        if len(mesh) != 3:
+            raise ConfigError("coupling.bodies", "owned", "replicated on a 2D grid")
+        lower = tuple(float(o) for o in coupling.origin)
+        upper = tuple(lo + n * coupling.dx for lo, n in zip(lower, shape, strict=True))
+        # the stencil reaches r + 1/2 cells from a centre: one cell more for its rounding, and
+        # a cell of motion per fluid step (a body is migrated once per fluid step)
+        stencil = float(coupling.radius_cells.max()) + 1.0
+        reach = in_fluid.reach_of(coupling.bodies, coupling.dx, stencil, coupling.dx)
+        return in_fluid.plan_fluid_layout(
+            coupling.bodies, mesh, lower, upper, reach, **_capacity_args(coupling_config)
+        )
 
     # ------------------------------------------------------------------ state
 
@@ -104,7 +135,10 @@ class CoupledModel(FluidModel):
         start = jax.tree.map(lambda a: a.astype(dtype) if a.dtype.kind == "f" else a,
                              self.coupled.initial)  # fmt: skip
         state = jax.jit(initial_body_state, static_argnums=0)(self.coupled.bodies, start)
-        bodies = self.coupled.coupling.initial(state)
+        if self.body_layout is not None:
+            bodies = self.coupled.coupling.owned_initial(state, self.body_layout.shards)
+        else:
+            bodies = self.coupled.coupling.initial(state)
         return CoupledState(fluid=fluid, bodies=jax.tree.map(self.dist.replicate, bodies))
 
     def restored(self, view, host: dict, step: int):
@@ -190,7 +224,19 @@ class CoupledModel(FluidModel):
     check_start = None
 
     def check(self, state: CoupledState, done: int) -> Problem | None:
-        return self.check_finish(FluidModel.check_start(self, state.fluid, done))
+        problem = self.check_finish(FluidModel.check_start(self, state.fluid, done))
+        if problem is not None or self.body_layout is None:
+            return problem
+        table = np.asarray(_replicated(state.bodies.overflow))
+        message = in_fluid.overflow_message(self.body_layout, table)
+        if message is None:
+            return None
+        return Problem(
+            "overflow",
+            f"body buffers too small by step {done} (coupling.bodies=owned): {message}",
+            BodyOverflowError,
+            {"overflow": message},
+        )
 
     def record(self, first: int, n: int, state, report: Array) -> None:
         track = np.asarray(_replicated(report), dtype=np.float64).reshape(
@@ -275,3 +321,8 @@ class CoupledModel(FluidModel):
                     f"{100 * diag['max_velocity_error']:+.1f}%)"
                 )
         return [*lines[:3], text, *lines[3:]]
+
+
+def _capacity_args(config) -> dict:
+    """plan_fluid_layout's keyword arguments from ``coupling.<capacity keys>`` (same names)."""
+    return {k: v for k, v in config.capacities.items() if v is not None}

@@ -16,8 +16,12 @@ One fluid step of a coupled run, inside the fluid chunk (``solver.fluid.step``) 
     4. the bodies advance by one fluid step in ``substeps`` rigid-body steps (contacts,
        gravity) with the hydrodynamic force (averaged over the last two fluid steps when
        ``average_force``) and the buoyancy -rho_f V g held constant.
-Bodies are replicated on every shard: each shard computes the same body update from the same
-summed forces (a few thousand bodies cost little next to the grid).
+Bodies are replicated on every shard by default: each shard computes the same body update from
+the same summed forces (a few thousand bodies cost little next to the grid). With
+``PsmCoupling.owned`` (``coupling.bodies=owned``) each shard owns the bodies whose centre its
+block holds, covers the grid with its owned bodies and ghost copies of its neighbours', sends
+the ghosts' partial forces back to their owners and advances its owned bodies only
+(``_owned_collide``; the exchanges are ``solver.distributed.bodies.in_fluid``).
 
 Units: the bodies are SI, the fluid is lattice units; ``PsmCoupling`` holds the scales.
 """
@@ -33,11 +37,15 @@ import jax.numpy as jnp
 import numpy as np
 from jax import Array, lax
 
-from kernels import clump
+from kernels import clump, rigid_body
 from kernels import coupling as psm
 from kernels.materialise import materialised
 from kernels.rigid_body import angular_velocity
 from solver.bodies.step import BodySetup, BodyState, body_step
+from solver.distributed.bodies import in_fluid, records
+from solver.distributed.bodies.forces import local_contacts
+from solver.distributed.bodies.layout import BodyLayout
+from solver.distributed.bodies.step import _origin as cell_list_origin
 from solver.distributed.halo import Halo
 from solver.fluid.collide import (
     OPERATORS,
@@ -64,11 +72,17 @@ class CoupledBodies:
         state: the rigid-body state at the fluid's time (SI units).
         hydro_force: (n, 3) N, the hydrodynamic force of the last fluid step.
         hydro_torque: (n, 3) N m, its torque about each centre of mass.
+        overflow: (shards, 6) int32, with owned bodies (``coupling.bodies=owned``): each
+            shard's sticky buffer needs (``solver.distributed.bodies.in_fluid``); (0, 6) when
+            replicated (a leaf all the same: checkpoints keep one tree structure). With owned
+            bodies ``state.partners`` and ``state.history`` are full partner rows (both
+            directions, global ids, ``max_partners`` wide).
     """
 
     state: BodyState
     hydro_force: Array
     hydro_torque: Array
+    overflow: Array
 
     def replace(self, **changes) -> CoupledBodies:
         return dataclasses.replace(self, **changes)
@@ -93,6 +107,9 @@ class PsmCoupling:
         lubrication_min_gap: m, the smallest gap the correction uses (roughness).
         volume: (n,) m^3, the volume each body displaces (the union of a clump's members);
             None: spheres, 4/3 pi r^3.
+        owned: the split of the bodies over the fluid's mesh when each shard owns the bodies
+            whose centre its block holds (``coupling.bodies=owned``); None: every shard holds
+            every body (replicated).
     """
 
     bodies: BodySetup
@@ -108,6 +125,7 @@ class PsmCoupling:
     lubrication_cutoff: float = 0.0
     lubrication_min_gap: float = 0.0
     volume: np.ndarray | None = None
+    owned: BodyLayout | None = None
 
     @property
     def radius_cells(self) -> np.ndarray:
@@ -139,7 +157,23 @@ class PsmCoupling:
             state=state.replace(force=state.force + buoyancy),
             hydro_force=jnp.zeros_like(state.force),
             hydro_torque=jnp.zeros_like(state.torque),
+            overflow=jnp.zeros((0, records.OVERFLOW_SLOTS), jnp.int32),
         )
+
+    def owned_initial(self, state: BodyState, shards: int) -> CoupledBodies:
+        """``initial`` for owned bodies: empty full partner rows (no spring yet) and no
+        overflow on any of the ``shards``."""
+        start = self.initial(state)
+        width, p = self.owned.max_partners, self.bodies.n_planes
+        n = self.bodies.n_bodies
+        dtype = state.force.dtype
+        body_state = start.state.replace(
+            partners=jnp.full((n, width), -1, jnp.int32),
+            history=jnp.zeros((n, width, 3), dtype),
+            plane_history=jnp.zeros((n, p, 3), dtype),
+        )
+        overflow = jnp.zeros((shards, records.OVERFLOW_SLOTS), jnp.int32)
+        return start.replace(state=body_state, overflow=overflow)
 
     def bind(self, setup: FluidSetup, halo: Halo) -> Callable:
         """collide(f, time, extra, geo) -> (f_post, extra, report) for one shard (see
@@ -165,17 +199,21 @@ class PsmCoupling:
         tracked = min(self.tracked, self.bodies.n_bodies)
         members = self._members()
 
-        def collide(f: Sequence[Array], time: Array, extra: CoupledBodies, geo: dict):
-            bodies = extra.state.bodies
+        def hydro(f: Sequence[Array], time: Array, xs, vs, ws, rad, geo: dict):
+            """The PSM collision with the spheres xs (s, 3) m, their velocities vs, ws and
+            radii ``rad`` (s,) cells (None: the scene's): (post, patch, force (s, 3) and torque
+            (s, 3) on each sphere from this block, lattice units)."""
             block = tuple(f[0].shape)
-            xs, vs, ws = members(bodies)
             center = ((xs - origin) / self.dx - 0.5).astype(dtype)
             v = (vs * velocity_scale).astype(dtype)
             w = (ws * self.dt).astype(dtype)
             # per body, then per stencil cell, computed once: fused into the per-cell work
             # (and the gathers) XLA recomputes each for every cell it touches
-            center, v, w = materialised((center, v, w), time)
-            rad = jnp.asarray(radius, dtype)
+            if rad is None:
+                center, v, w = materialised((center, v, w), time)
+                rad = jnp.asarray(radius, dtype)
+            else:
+                center, v, w, rad = materialised((center, v, w, rad.astype(dtype)), time)
             base = psm.stencil_base(center, rad)
             cells = base[:, None, :] + offsets[None, :, :]
             # (s, m) per component: the sums over a stencil run along the last axis
@@ -200,14 +238,20 @@ class PsmCoupling:
             on_body = [eps * fa.reshape(eps.shape) for fa in per_cover]
             force_sum = jnp.stack([jnp.sum(fa, axis=1) for fa in on_body], -1)
             torque_sum = jnp.stack([jnp.sum(t, axis=1) for t in psm.cross(rel, on_body)], -1)
-            hydro = halo.sum(
+            return post, patch, force_sum, torque_sum
+
+        def collide(f: Sequence[Array], time: Array, extra: CoupledBodies, geo: dict):
+            bodies = extra.state.bodies
+            xs, vs, ws = members(bodies)
+            post, patch, force_sum, torque_sum = hydro(f, time, xs, vs, ws, None, geo)
+            hydro_sum = halo.sum(
                 jnp.stack(
                     self._to_bodies(force_sum, torque_sum, xs, bodies.position, 1.0 / self.dx)
                 )
             )
             body_dtype = bodies.position.dtype
-            force_si = hydro[0].astype(body_dtype) * force_scale
-            torque_si = hydro[1].astype(body_dtype) * torque_scale
+            force_si = hydro_sum[0].astype(body_dtype) * force_scale
+            torque_si = hydro_sum[1].astype(body_dtype) * torque_scale
             if self.average_force:
                 drive_force = 0.5 * (force_si + extra.hydro_force)
                 drive_torque = 0.5 * (torque_si + extra.hydro_torque)
@@ -230,7 +274,7 @@ class PsmCoupling:
                 ],
                 axis=1,
             )
-            return post, patch, CoupledBodies(state, force_si, torque_si), report
+            return post, patch, CoupledBodies(state, force_si, torque_si, extra.overflow), report
 
         def blend(f, both: Array, table: Array, force) -> tuple[Array, ...]:
             """The PSM collision of cells (any shape X) from their populations f (q arrays
@@ -273,7 +317,158 @@ class PsmCoupling:
             rows = (psm.gather_rows(both.reshape(-1, 4), flat), psm.gather_rows(table, flat))
             return post, None, materialised(rows, time)
 
+        if self.owned is not None:
+            return self._owned_collide(setup, halo, hydro, members, tracked)
         return collide
+
+    def _owned_collide(
+        self, setup: FluidSetup, halo: Halo, hydro: Callable, members: Callable, tracked: int
+    ) -> Callable:
+        """collide(f, time, extra, geo) as ``bind``'s, with ``extra`` this shard's owned bodies
+        (``in_fluid.OwnedBodies``): migration, ghosts, the cover of owned and ghost bodies,
+        the ghosts' partial forces back to their owners, then the owners' body steps (each
+        exchanging ghosts for the contacts)."""
+        layout = self.owned
+        force_scale = self.fluid_density * self.dx**4 / self.dt**2
+        torque_scale = force_scale * self.dx
+        buoyancy = self.buoyancy()
+        radius_cells = self.radius_cells
+        grid, _ = layout.local_grid()
+        dt = self.bodies.dt
+
+        def collide(f: Sequence[Array], time: Array, extra, geo: dict):
+            block = tuple(f[0].shape)
+            dtype = f[0].dtype
+            coords = in_fluid.shard_coords(halo, block)
+            extra, message, slots, jumped = in_fluid.migrate(layout, halo, coords, extra)
+            sub = extra.sub
+            rows = sub.gid.shape[0]
+            ghost_gid, ghosts, ghost_needed = in_fluid.exchange_ghosts(
+                layout, halo, coords, sub.gid, sub.bodies
+            )
+            gid = jnp.concatenate([sub.gid, ghost_gid])
+            both = _joined(sub.bodies, ghosts)
+            ids = jnp.where(gid >= 0, gid, 0)
+            rad = jnp.where(gid >= 0, jnp.asarray(radius_cells, dtype)[ids], -1.0)
+            xs, vs, ws = members(both)
+            post, patch, force_sum, torque_sum = hydro(f, time, xs, vs, ws, rad, geo)
+            partial = jnp.concatenate([force_sum, torque_sum], axis=1)
+            total, back_needed = in_fluid.return_partials(
+                layout, halo, coords, ghost_gid, ghosts.position, partial[rows:], sub.gid,
+                partial[:rows],
+            )  # fmt: skip
+            body_dtype = sub.bodies.position.dtype
+            owned = (sub.gid >= 0)[:, None]
+            force_si = jnp.where(owned, total[:, :3].astype(body_dtype) * force_scale, 0.0)
+            torque_si = jnp.where(owned, total[:, 3:].astype(body_dtype) * torque_scale, 0.0)
+            if self.average_force:
+                drive_force = 0.5 * (force_si + extra.hydro_force)
+                drive_torque = 0.5 * (torque_si + extra.hydro_torque)
+            else:
+                drive_force, drive_torque = force_si, torque_si
+            own_ids = jnp.where(sub.gid >= 0, sub.gid, 0)
+            lift = jnp.where(owned, jnp.asarray(buoyancy, body_dtype)[own_ids], 0.0)
+            external = (drive_force + lift, drive_torque)
+            body_params = self.bodies.params(body_dtype)
+            lubrication = self._owned_lubrication(body_params, body_dtype, rows)
+            origin = cell_list_origin(layout, coords, body_dtype)
+
+            def substep(carry, _):
+                sub, needs = carry
+                found = []
+
+                def forces_fn(bodies) -> tuple[Array, Array]:
+                    g_gid, g_bodies, g_needed = in_fluid.exchange_ghosts(
+                        layout, halo, coords, sub.gid, bodies
+                    )
+                    all_gid = jnp.concatenate([sub.gid, g_gid])
+                    all_bodies = _joined(bodies, g_bodies)
+                    result = local_contacts(
+                        self.bodies, grid, origin, all_gid, all_bodies, rows, sub.partners,
+                        sub.history, sub.plane_history, body_params,
+                    )  # fmt: skip
+                    found.append((result, g_needed))
+                    force = result.force + external[0]
+                    torque = result.torque + external[1]
+                    if lubrication is not None:
+                        force = force + lubrication(all_gid, all_bodies, result.partners)
+                    return force, torque
+
+                bodies, force, torque = rigid_body.step(
+                    sub.bodies, sub.force, sub.torque, forces_fn, dt
+                )
+                result, g_needed = found[-1]
+                sub = sub.replace(
+                    bodies=bodies,
+                    force=force,
+                    torque=torque,
+                    partners=result.partners,
+                    history=result.history,
+                    plane_history=result.plane_history,
+                    contact_count=result.contact_count,
+                    time=sub.time + 1,
+                )
+                needs = jnp.maximum(
+                    needs, jnp.stack([g_needed, result.cell_count, result.partner_count])
+                )
+                return (sub, needs), None
+
+            zero = jnp.zeros((), jnp.int32)
+            (sub, needs), _ = lax.scan(
+                substep, (sub, jnp.zeros((3,), jnp.int32)), None, length=self.substeps
+            )
+            seen = jnp.stack([
+                slots, jnp.maximum(jnp.maximum(ghost_needed, back_needed), needs[0]), message,
+                needs[1], needs[2], zero,
+            ])  # fmt: skip
+            sub = sub.replace(overflow=jnp.maximum(sub.overflow, seen).at[5].add(jumped))
+            # the tracked bodies' rows from their owners (every other shard adds zeros)
+            mine = (sub.gid >= 0) & (sub.gid < tracked)
+            place = jnp.where(mine, sub.gid, tracked)
+            values = jnp.concatenate([sub.bodies.position, sub.bodies.velocity, force_si], axis=1)
+            report = jnp.zeros((tracked + 1, TRACK_FIELDS), body_dtype).at[place].set(values)
+            report = halo.sum(report[:tracked])
+            return post, patch, in_fluid.OwnedBodies(sub, force_si, torque_si), report
+
+        return collide
+
+    def _owned_lubrication(self, params, dtype, rows: int) -> Callable | None:
+        """extra(gid, bodies, partners) -> (rows, 3) N: the lubrication correction on the
+        owned slots (the first ``rows`` of gid (C + G,)) from their partner rows (rows, K)
+        (global ids, both directions) and the planes; None when switched off."""
+        if self.lubrication_cutoff <= 0.0:
+            return None
+        radius_all = jnp.asarray(self.bodies.radius, dtype)
+        mu, cutoff, dt = self.viscosity, self.lubrication_cutoff, self.bodies.dt
+        planes = self.bodies.n_planes > 0
+        n = self.bodies.n_bodies
+
+        def extra(gid: Array, bodies, partners: Array) -> Array:
+            active = gid >= 0
+            radius = radius_all[jnp.where(active, gid, 0)]
+            min_gap = jnp.full(radius.shape, self.lubrication_min_gap, dtype)
+            inverse = jnp.where(bodies.kinematic, 0.0, bodies.inverse_mass)
+            local = jnp.full((n + 1,), -1, jnp.int32)
+            local = local.at[jnp.where(active, gid, n)].set(
+                jnp.arange(gid.shape[0], dtype=jnp.int32)
+            )
+            local = local.at[n].set(-1)
+            width = partners.shape[1]
+            j = local[jnp.where(partners >= 0, partners, n)].reshape(-1)
+            i = jnp.repeat(jnp.arange(rows, dtype=jnp.int32), width,
+                           total_repeat_length=rows * width)  # fmt: skip
+            x, v = bodies.position, bodies.velocity
+            force = psm.lubrication_pairs(
+                x, v, radius, i, j, j >= 0, mu, cutoff, min_gap, inverse, dt, one_sided=True
+            )[:rows]
+            if planes:
+                force = force + psm.lubrication_planes(
+                    x[:rows], v[:rows], radius[:rows], params.plane_point, params.plane_normal,
+                    params.plane_velocity, mu, cutoff, min_gap[:rows], inverse[:rows], dt,
+                )  # fmt: skip
+            return jnp.where(active[:rows, None], force, 0.0)
+
+        return extra
 
     def _members(self) -> Callable:
         """members(bodies) -> (x, v, omega): (s, 3) centre (m), velocity (m/s) and angular
@@ -344,3 +539,8 @@ class PsmCoupling:
             return self._to_bodies(force, jnp.zeros_like(force), x, bodies.position)
 
         return extra
+
+
+def _joined(a, b):
+    """Two sets of slots (Bodies) as one: a's slots, then b's."""
+    return jax.tree.map(lambda x, y: jnp.concatenate([x, y]), a, b)

@@ -1,0 +1,199 @@
+"""Bodies in the fluid owned by the shard that holds their centre (``coupling.bodies=owned``).
+
+A duct of 16 x 18 x 18 nodes (walls on y and z, periodic along x) carries five spheres of
+radius 1.6 cells, placed against the faces of a 2 x 2 x 2 mesh (blocks of 8 x 9 x 9 cells,
+faces at 5 mm): one on a face, one across the corner of all eight blocks, one within reach of
+three faces, one across the periodic face x = 0 (its cover wraps onto the last blocks), and
+one 0.05 mm below the corner sphere (lubrication, then contact, across the z face). They settle
+and drift with the flow, so several cross a face during the run (migration), and every
+sphere's force is summed over the shards its stencil touches.
+
+The owned path on one device reproduces the replicated one bit for bit (the same cover, the
+same forces, in the same order: asserted). Split, the cells' forces on a body add in another
+order (float32, as with replicated bodies, tests/test_coupling_runs.py), so a split run equals
+one device to round-off (measured: SPLIT_RELATIVE).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+from hooks import SignalAt
+from mpi import mpirun
+from solver_cli import run_solver
+
+from solver.api import compose_config
+from solver.errors import PreemptedError
+from solver.run import simulate
+
+SPHERES = [
+    (0.0052, 0.0025, 0.0028),  # on the x face
+    (0.0051, 0.0051, 0.0051),  # across the corner of all eight blocks, thrown down at
+    (0.0075, 0.0072, 0.0051),  # near the z face: settles across it
+    (0.0011, 0.0074, 0.0075),  # across the periodic face x = 0 (its cover wraps)
+    (0.0051, 0.0051, 0.00309),  # 0.01 mm below the corner sphere: lubrication, contact
+]
+THROWN = {1: "[0.0, 0.0, -0.04]"}  # m/s: the corner sphere hits the one below it
+BODIES = (
+    "["
+    + ", ".join(
+        f"{{shape: sphere, material: bead, radius: 0.001, position: [{x}, {y}, {z}], "
+        f"velocity: {THROWN.get(i, '[0.0, 0.0, 0.0]')}}}"
+        for i, (x, y, z) in enumerate(SPHERES)
+    )
+    + "]"
+)
+DUCT = [
+    "case=duct", "fluid=d3q19", "coupling=psm", "case.side=0.01", "case.length=0.01",
+    "case.u_max=0.02", "case.viscosity=1.0e-5", "case.density=1000", "case.resolution=16",
+    f"coupling.scene.bodies={BODIES}",
+    "+coupling.scene.materials.bead={young: 1.0e+4, poisson: 0.25, density: 1100.0, "
+    "restitution: 0.5, friction: 0.3}",
+    "coupling.scene.wall_material=bead",
+    "coupling.lubrication_min_gap=0.2",  # of the radius: the thrown sphere reaches contact
+    "steps=12", "chunk=6", "output.every=6", "output.png=false",
+]  # fmt: skip
+OWNED = "coupling.bodies=owned"
+# float32 round-off of the summation order (module docstring): measured <= 2e-6, 10x
+SPLIT_RELATIVE = 2e-5
+FAST_COMPILE = "--xla_backend_optimization_level=0"
+
+
+def track(run_dir: Path) -> np.ndarray:
+    """(rows, 9) position, velocity and hydrodynamic force of the tracked bodies."""
+    return np.genfromtxt(run_dir / "bodies_track.csv", delimiter=",", skip_header=1)[:, 3:]
+
+
+def last(run_dir: Path, name: str, field: str) -> np.ndarray:
+    with h5py.File(run_dir / name, "r") as f:
+        step = sorted((k for k in f if k.startswith("step")), key=lambda k: f[k].attrs["step"])
+        return f[step[-1]][field][...]
+
+
+def differences(ours: Path, reference: Path) -> dict[str, float]:
+    """Largest relative difference of each compared quantity."""
+    a, b = track(ours), track(reference)
+    assert a.shape == b.shape
+    out = {}
+    for name, cols in (("position", slice(0, 3)), ("velocity", slice(3, 6)),
+                       ("force", slice(6, 9))):  # fmt: skip
+        out[name] = float(np.abs(a[:, cols] - b[:, cols]).max() / np.abs(b[:, cols]).max())
+    u_a, u_b = last(ours, "fields.h5", "velocity"), last(reference, "fields.h5", "velocity")
+    out["fluid velocity"] = float(np.abs(u_a - u_b).max() / np.abs(u_b).max())
+    for field in ("position", "velocity"):
+        x_a, x_b = last(ours, "bodies.h5", field), last(reference, "bodies.h5", field)
+        out[f"final {field}"] = float(np.abs(x_a - x_b).max() / np.abs(x_b).max())
+    return out
+
+
+def assert_close(ours: Path, reference: Path, relative: float) -> None:
+    found = differences(ours, reference)
+    print(f"relative differences to one device: {found}")  # pytest -s shows the measurement
+    for name, error in found.items():
+        assert error <= relative, f"{name}: relative difference {error:.3g} > {relative}"
+    count_a = last(ours, "bodies.h5", "contact_count")
+    count_b = last(reference, "bodies.h5", "contact_count")
+    assert np.array_equal(count_a, count_b), "contact counts differ"
+
+
+def run(out: Path, args: list[str], devices: int = 1) -> Path:
+    flags = FAST_COMPILE
+    if devices > 1:
+        flags = f"--xla_force_host_platform_device_count={devices} {flags}"
+    result = run_solver([*DUCT, "checkpoint=none", *args, f"hydra.run.dir={out}"],
+                        {"XLA_FLAGS": flags})  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    return out
+
+
+@pytest.fixture(scope="module")
+def single(tmp_path_factory) -> Path:
+    """The replicated run on one device: the reference."""
+    out = run(tmp_path_factory.mktemp("single"), ["domain=single"])
+    summary = json.loads((out / "run.json").read_text())
+    assert summary["status"] == "completed" and summary["coupling"]["bodies"] == len(SPHERES)
+    return out
+
+
+def test_owned_on_one_device_is_the_replicated_run(single, tmp_path):
+    out = run(tmp_path / "run", ["domain=single", OWNED])
+    assert np.array_equal(track(out), track(single)), "bodies_track.csv differs"
+    for name, field in (("fields.h5", "velocity"), ("bodies.h5", "position"),
+                        ("bodies.h5", "velocity"), ("bodies.h5", "contact_count")):  # fmt: skip
+        assert np.array_equal(last(out, name, field), last(single, name, field)), field
+
+
+def test_owned_on_eight_fake_devices_matches_one(single, tmp_path):
+    out = run(tmp_path / "run", ["domain.mesh=[2,2,2]", OWNED], devices=8)
+    assert json.loads((out / "run.json").read_text())["domain"]["mesh"] == [2, 2, 2]
+    # the run crosses faces: some sphere ends in another block than it started in
+    start = np.asarray(SPHERES)
+    end = last(out, "bodies.h5", "position")
+    assert np.any((start < 0.005) != (end < 0.005)), "no sphere crossed a shard face"
+    centres = track(out)[:, :3].reshape(-1, len(SPHERES), 3)
+    gap = np.linalg.norm(centres[:, 1] - centres[:, 4], axis=1) - 0.002
+    assert gap.min() < 0, "the thrown sphere did not touch the one below it (across the z face)"
+    assert_close(out, single, SPLIT_RELATIVE)
+
+
+def test_owned_on_two_mpi_processes_matches_one(single, tmp_path):
+    out = tmp_path / "run"
+    args = [*DUCT, "checkpoint=none", "domain.mesh=[1,1,2]", "domain.halo=mpi", OWNED]
+    result = mpirun(
+        2, ["-m", "solver", *args, f"hydra.run.dir={out}"], extra_env={"XLA_FLAGS": FAST_COMPILE}
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert json.loads((out / "run.json").read_text())["domain"]["processes"] == 2
+    assert_close(out, single, SPLIT_RELATIVE)
+
+
+def test_owned_mesh_too_fine_is_a_config_error(tmp_path):
+    """Blocks of 4 cells along x are narrower than a sphere's reach: exit 2, one line."""
+    result = run_solver(
+        [*DUCT, "checkpoint=none", "domain.mesh=[4,1,1]", OWNED, "steps=1",
+         f"hydra.run.dir={tmp_path}"],
+        {"XLA_FLAGS": "--xla_force_host_platform_device_count=4"},
+    )  # fmt: skip
+    assert result.returncode == 2, result.stderr[-3000:]
+    line = [s for s in result.stderr.splitlines() if "coupling.bodies" in s]
+    assert line and "use fewer" in line[0], result.stderr[-2000:]
+
+
+def test_owned_buffer_overflow_stops_the_run(tmp_path):
+    """A ghost buffer of one body where three spheres lie near the face: exit 4, naming the
+    shard and the key."""
+    result = run_solver(
+        [*DUCT, "checkpoint=none", "domain.mesh=[1,1,2]", OWNED, "coupling.ghost_capacity=1",
+         "steps=2", "chunk=2", f"hydra.run.dir={tmp_path}"],
+        {"XLA_FLAGS": f"--xla_force_host_platform_device_count=2 {FAST_COMPILE}"},
+    )  # fmt: skip
+    assert result.returncode == 4, result.stderr[-3000:]
+    assert "coupling.ghost_capacity = 1" in result.stderr, result.stderr[-2000:]
+
+
+# between chunks owned bodies are held whole, as replicated ones, whose resume
+# tests/test_coupling_runs.py checks in make test; this one adds the owned chunk's entry
+@pytest.mark.long
+def test_owned_checkpoint_and_resume_are_bit_identical(tmp_path):
+    """Stopped at step 6 of 12 with a checkpoint, the same command resumes; the owned bodies
+    (held whole between chunks), their springs and the fluid end exactly as in an
+    uninterrupted run."""
+    config = compose_config(
+        [*DUCT, OWNED, "domain=single", "checkpoint.every_steps=6",
+         "checkpoint.every_minutes=null"]
+    )  # fmt: skip
+    reference = tmp_path / "reference"
+    simulate(config, reference, interactive=False)
+    stopped = tmp_path / "stopped"
+    with pytest.raises(PreemptedError) as err:
+        simulate(config, stopped, interactive=False, hook=SignalAt(6))
+    assert err.value.resumable
+    outcome = simulate(config, stopped, interactive=False)
+    assert outcome.summary["checkpoint"]["resumed_from"]["step"] == 6
+    assert np.array_equal(track(stopped), track(reference)), "bodies_track.csv differs"
+    for name, field in (("fields.h5", "velocity"), ("bodies.h5", "position")):
+        assert np.array_equal(last(stopped, name, field), last(reference, name, field)), field
