@@ -168,6 +168,9 @@ def test_overlap_bitwise_in_3d():
     check(records(finish(proc)), 2)
 
 
+# the planes and the messages cut from them are the fake-device test's; the MPI halo's shift
+# itself is tested without overlap in tests/test_distributed_equality.py
+@pytest.mark.long
 @pytest.mark.timeout(1200)
 def test_overlap_bitwise_over_mpi():
     args = [
