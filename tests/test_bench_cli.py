@@ -56,3 +56,19 @@ def test_gpu_check_probe_is_a_real_loop():
     rate = copy_bandwidth(2**24, 4)
     assert 1e8 < rate < 1e13
     assert datasheet("NVIDIA H200") == 4.8e12 and datasheet("cpu") is None
+
+
+@pytest.mark.parametrize("bodies", ["replicated", "owned"])
+def test_coupled_bench_rows_for_both_ways_of_holding_bodies(tmp_path, bodies):
+    """``python -m solver.bench coupled``: a row per count, the bodies held as asked, finite
+    figures (the fluid-only row is the 100 % reference)."""
+    out = tmp_path / "coupled.json"
+    cmd = [sys.executable, "-m", "solver.bench", "coupled", "--edge", "24", "--counts", "0,8",
+           "--steps", "4", "--repeats", "1", "--bodies", bodies, "--json", str(out)]  # fmt: skip
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    rows = json.loads(out.read_text())["rows"]
+    assert [(r["spheres"], r["bodies"]) for r in rows] == [(0, bodies), (8, bodies)]
+    assert rows[0]["fraction_of_fluid"] == 1.0
+    assert rows[1]["fraction_of_fluid"] > 0.0 and rows[1]["mlups"] > 0
+    assert rows[1]["solid_fraction"] > 0

@@ -1,7 +1,8 @@
 """Cost of bodies in the fluid: the coupled step against the fluid-only step on one grid.
 
     python -m solver.bench coupled [--edge 128] [--counts 0,100,1000,10000] [--radius 2]
-                                   [--steps 100] [--repeats 3] [--json PATH]
+                                   [--steps 100] [--repeats 3] [--bodies replicated|owned]
+                                   [--json PATH]
 
 A periodic box of edge^3 cells, D3Q19 TRT, float32, with n spheres of ``radius`` cells at rest
 on a jittered simple-cubic lattice (no contacts, no gravity, one body step per fluid step; the
@@ -21,11 +22,15 @@ the time the bodies add per step and per body (how the cost grows with n). The i
 >= 70 % of the fluid-only MLUPS at 1,000 spheres. The spheres barely move in the timed steps,
 so the Verlet pair table (skin 1 cell) is not rebuilt after the first step: the rows show the
 rebuilds; a rebuild costs about a body step more (the cell list and the 27-cell search).
+``--bodies owned`` times the bodies as ``coupling.bodies=owned`` holds them (on this one device:
+the slots, ghost buffers and per-step cell lists of the owned path, no messages), against the
+same fluid-only chunk.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import os
@@ -44,6 +49,9 @@ from kernels.rigid_body import Bodies
 from solver.bench.fluid import initial_fields, measure_copy
 from solver.bodies import step as body_step
 from solver.coupling.step import PsmCoupling
+from solver.distributed.bodies import in_fluid
+from solver.distributed.distribution import distribute
+from solver.distributed.runtime import start as start_runtime
 from solver.fluid import step as fluid_step
 from solver.fluid.setup import FluidSetup
 
@@ -53,6 +61,7 @@ TAU = 0.6
 @dataclass(frozen=True)
 class CoupledBenchRow:
     spheres: int
+    bodies: str  # "replicated" or "owned" (coupling.bodies)
     radius_cells: float
     solid_fraction: float
     cells: int
@@ -85,8 +94,9 @@ def sphere_sites(count: int, edge: int, radius: float, seed: int = 0) -> np.ndar
     return sites + rng.uniform(-free, free, sites.shape)
 
 
-def build(edge: int, count: int, radius: float):
-    """(setup, coupling or None, state, geometry, coupled bodies or None)."""
+def build(edge: int, count: int, radius: float, owned: bool = False):
+    """(setup, coupling or None, state, geometry, coupled bodies or None); ``owned``: the
+    coupling with a one-shard layout of ``coupling.bodies=owned``."""
     setup = FluidSetup(lattice=D3Q19, shape=(edge,) * 3, omega=1.0 / TAU, collision="trt")
     density, velocity = initial_fields(setup)
     state = fluid_step.initial_state(setup, density, velocity)
@@ -117,16 +127,21 @@ def build(edge: int, count: int, radius: float):
         inverse_inertia=jnp.full((count, 3), 1.0 / (0.4 * mass * radius**2), jnp.float32),
         kinematic=jnp.zeros((count,), bool),
     )
-    extra = coupling.initial(body_step.initial_state(bodies_setup, bodies))
-    return setup, coupling, state, geometry, extra
+    body_state = body_step.initial_state(bodies_setup, bodies)
+    if not owned:
+        return setup, coupling, state, geometry, coupling.initial(body_state)
+    reach = in_fluid.reach_of(bodies_setup, 1.0, radius + 1.0, 1.0)
+    layout = in_fluid.plan_fluid_layout(bodies_setup, (1, 1, 1), (0.0,) * 3, (edge,) * 3, reach)
+    coupling = dataclasses.replace(coupling, owned=layout)
+    return setup, coupling, state, geometry, coupling.owned_initial(body_state, 1)
 
 
 class Timed:
     """One count's jitted chunk and its carry, compiled and warmed up: ``once()`` times one
     chunk of ``steps`` steps (seconds)."""
 
-    def __init__(self, edge: int, count: int, radius: float, steps: int):
-        setup, coupling, state, geometry, extra = build(edge, count, radius)
+    def __init__(self, edge: int, count: int, radius: float, steps: int, owned: bool = False):
+        setup, coupling, state, geometry, extra = build(edge, count, radius, owned)
         self.setup, self.coupling, self.count, self.steps = setup, coupling, count, steps
         self.solid = count * 4.0 / 3.0 * math.pi * radius**3 / setup.cells
         start = time.perf_counter()
@@ -136,8 +151,12 @@ class Timed:
             def advance(carry):
                 return (chunk(carry[0], geometry, steps)[0], None)
         else:
-            make = fluid_step.make_coupled_chunk(setup, fluid_step.SINGLE, coupling)
-            chunk = jax.jit(make, static_argnums=2, donate_argnums=(0, 3))
+            if owned:
+                dist = distribute(start_runtime("xla"), "single", setup.shape)
+                chunk = in_fluid.owned_chunk(dist, setup, coupling, coupling.owned)
+            else:
+                make = fluid_step.make_coupled_chunk(setup, fluid_step.SINGLE, coupling)
+                chunk = jax.jit(make, static_argnums=2, donate_argnums=(0, 3))
 
             def advance(carry):
                 new_state, _, new_extra, _ = chunk(carry[0], geometry, steps, carry[1])
@@ -172,6 +191,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--radius", type=float, default=2.0, help="sphere radius in cells")
     parser.add_argument("--steps", type=int, default=100)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument(
+        "--bodies",
+        choices=("replicated", "owned"),
+        default="replicated",
+        help="how the bodies are held (coupling.bodies); owned: on this one device",
+    )
     parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)
     counts = [int(c) for c in args.counts.split(",")]
@@ -179,10 +204,11 @@ def main(argv: list[str] | None = None) -> int:
         counts = [0, *counts]
     copy_run = measure_copy("float32")
     print(f"coupled step, D3Q19 TRT float32, {args.edge}^3 periodic, sphere radius "
-          f"{args.radius:g} cells; {os.cpu_count()} cores, JAX {jax.__version__} on "
-          f"{jax.devices()[0].device_kind}")  # fmt: skip
+          f"{args.radius:g} cells, bodies {args.bodies}; {os.cpu_count()} cores, JAX "
+          f"{jax.__version__} on {jax.devices()[0].device_kind}")  # fmt: skip
     counts = sorted(counts)
-    timed = [Timed(args.edge, count, args.radius, args.steps) for count in counts]
+    owned = args.bodies == "owned"
+    timed = [Timed(args.edge, count, args.radius, args.steps, owned) for count in counts]
     # round robin: every repeat times each count once, right after one run of the copy probe,
     # so that a load on the machine that comes and goes falls on all counts alike
     bandwidths = []
@@ -204,6 +230,7 @@ def main(argv: list[str] | None = None) -> int:
         body_seconds /= args.steps
         row = CoupledBenchRow(
             spheres=t.count,
+            bodies=args.bodies,
             radius_cells=args.radius,
             solid_fraction=solid,
             cells=cells,
