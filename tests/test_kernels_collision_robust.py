@@ -432,3 +432,16 @@ def test_divergence_hint_suggests_the_robust_operators():
     assert "fluid.les" not in hints[("d2q9", "kbc")]
     assert "fluid.collision=kbc" in hints[("d3q27", "regularized")]
     assert "or regularized" not in hints[("d3q27", "regularized")]
+
+
+def test_divergence_hint_for_trt_at_an_inlet_points_to_the_stability_map():
+    """A TRT cylinder below tau = 0.535 (where the stability map saw it fail at the inlet
+    corner) names the operators that held there; a KBC one does not get that line."""
+    from solver.fluid.model import likely_cause
+
+    base = ["case=cylinder", "fluid=d2q9", "case.viscosity=1e-4", "case.resolution=20"]
+    trt = likely_cause(build_case(compose_config([*base, "fluid.collision=trt"])))
+    kbc = likely_cause(build_case(compose_config([*base, "fluid.collision=kbc"])))
+    assert "BGK, regularized and KBC held" in trt and "stability map" in trt
+    assert "fluid.collision=kbc or regularized" in trt
+    assert "unstable at the inlet" not in kbc and "stability map" not in kbc

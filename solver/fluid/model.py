@@ -79,7 +79,8 @@ def likely_cause(case: Case) -> str:
     if case.setup.collision == "trt" and case.setup.open_boundaries and case.tau < 0.535:
         causes.append(
             "TRT with an inlet/outlet below tau = 0.535 was seen to go unstable at the inlet "
-            "(try fluid.collision=bgk)"
+            "next to a wall, where BGK, regularized and KBC held (the stability map in "
+            "docs/validation.md)"
         )
     if case.mach > 0.2:
         causes.append(f"lattice Mach = {case.mach:.3f} is high (lower fluid.u_lattice)")
