@@ -45,7 +45,12 @@ from solver.bodies.step import BodySetup
 from solver.distributed.bodies import records
 from solver.distributed.bodies.exchange import _vacate as vacate_slots
 from solver.distributed.bodies.exchange import owner_index
-from solver.distributed.bodies.layout import CAPACITY_NAMES, BodyLayout
+from solver.distributed.bodies.layout import (
+    CAPACITY_NAMES,
+    BodyLayout,
+    overflow_lines,
+    sized_layout,
+)
 from solver.distributed.bodies.records import SubdomainState
 from solver.distributed.decomposition import AXIS_NAMES
 from solver.errors import ConfigError
@@ -137,20 +142,7 @@ def plan_fluid_layout(
         if not split and name in ("ghost", "migration"):
             value = 0  # one shard: nothing travels
         sizes.append(int(value))
-    return BodyLayout(
-        mesh=mesh,
-        lower=tuple(float(v) for v in lower),
-        upper=tuple(float(v) for v in upper),
-        reach=float(reach),
-        cell_size=max(float(setup.grid.cell_size), float(reach)),
-        capacity=sizes[0],
-        ghost_capacity=sizes[1],
-        migration_capacity=sizes[2],
-        cell_capacity=sizes[3],
-        max_partners=sizes[4],
-        n_bodies=n,
-        n_planes=setup.n_planes,
-    )
+    return sized_layout(setup, mesh, lower, upper, reach, sizes)
 
 
 # ---------------------------------------------------------------- messages over the halo
@@ -486,20 +478,7 @@ def _inner(inner: Callable, n: int, state, geometry, extra):
 
 def overflow_message(layout: BodyLayout, table: np.ndarray) -> str | None:
     """One line per shard whose body buffers were too small (``table`` (shards, 6)), or None."""
-    capacities = layout.capacities()
-    lines = []
-    for rank, row in enumerate(np.asarray(table)):
-        parts = [
-            f"{name} buffer needs {int(row[a])}, {COUPLING_KEYS[name]} = {capacities[name]}"
-            for a, name in enumerate(CAPACITY_NAMES)
-            if row[a] > capacities[name]
-        ]
-        if row[5] > 0:
-            parts.append(f"{int(row[5])} bodies moved more than one block in a fluid step")
-        if parts:
-            coords = layout.decomposition.coords(rank)
-            lines.append(f"shard {rank} {coords}: " + "; ".join(parts))
-    return "\n".join(lines) or None
+    return overflow_lines(layout, table, COUPLING_KEYS, "shard", "in a fluid step")
 
 
 def reach_of(setup: BodySetup, dx: float, stencil_reach_cells: float, motion: float) -> float:

@@ -199,20 +199,63 @@ def plan_layout(
         _positive(f"bodies.{name}", value if value is not None else default)
         for name, value, default in zip(names, given, defaults, strict=True)
     ]
+    return sized_layout(setup, mesh, lower, upper, reach, sizes)
+
+
+def sized_layout(
+    setup: BodySetup,
+    mesh: tuple[int, ...],
+    lower: Sequence[float],
+    upper: Sequence[float],
+    reach: float,
+    sizes: Sequence[int],
+) -> BodyLayout:
+    """The layout of a checked mesh: ``sizes`` the five buffer sizes in ``CAPACITY_NAMES``
+    order; the cell list's cells at least ``reach`` wide."""
     return BodyLayout(
         mesh=mesh,
         lower=tuple(float(v) for v in lower),
         upper=tuple(float(v) for v in upper),
-        reach=reach,
-        cell_size=max(float(grid.cell_size), reach),
+        reach=float(reach),
+        cell_size=max(float(setup.grid.cell_size), float(reach)),
         capacity=sizes[0],
         ghost_capacity=sizes[1],
         migration_capacity=sizes[2],
         cell_capacity=sizes[3],
         max_partners=sizes[4],
-        n_bodies=n,
+        n_bodies=setup.n_bodies,
         n_planes=setup.n_planes,
     )
+
+
+def overflow_lines(
+    layout: BodyLayout,
+    table: np.ndarray,
+    keys: dict[str, str],
+    unit: str,
+    jumped: str,
+    at_least: Sequence[str] = (),
+) -> str | None:
+    """One line per subdomain whose buffers were too small (``table`` (subdomains, 6), the
+    sticky overflow counts), naming the buffer, the size needed and its config key
+    (``keys``), or None if every one sufficed. ``unit`` names a subdomain in the line
+    ("subdomain", "shard"); ``jumped`` follows the count of bodies that crossed more than one
+    block; the sizes of the buffers in ``at_least`` are lower bounds."""
+    capacities = layout.capacities()
+    lines = []
+    for rank, row in enumerate(np.asarray(table)):
+        parts = [
+            f"{name} buffer needs {'at least ' if name in at_least else ''}{int(row[a])}, "
+            f"{keys[name]} = {capacities[name]}"
+            for a, name in enumerate(CAPACITY_NAMES)
+            if row[a] > capacities[name]
+        ]
+        if row[5] > 0:
+            parts.append(f"{int(row[5])} bodies moved more than one block {jumped}")
+        if parts:
+            coords = layout.decomposition.coords(rank)
+            lines.append(f"{unit} {rank} {coords}: " + "; ".join(parts))
+    return "\n".join(lines) or None
 
 
 def _reject_clumps(setup: BodySetup) -> None:

@@ -23,7 +23,7 @@ from jax.sharding import PartitionSpec as P
 from kernels.rigid_body import Bodies
 from solver.bodies.step import BodySetup, ContactParams
 from solver.distributed.bodies import records
-from solver.distributed.bodies.layout import CAPACITY_NAMES, BodyLayout, plan_layout
+from solver.distributed.bodies.layout import BodyLayout, overflow_lines, plan_layout
 from solver.distributed.bodies.records import SubdomainState
 from solver.distributed.bodies.step import SpatialDiagnostics, make_local_chunk, make_local_initial
 
@@ -208,24 +208,9 @@ def overflow_table(layout: BodyLayout, state: SubdomainState) -> np.ndarray:
 
 def overflow_message(layout: BodyLayout, table: np.ndarray) -> str | None:
     """One line per subdomain whose buffers were too small, or None if every one sufficed."""
-    capacities = layout.capacities()
-    lines = []
-    for rank, row in enumerate(np.asarray(table)):
-        parts = [
-            f"{name} buffer needs {'at least ' if name == 'ghost' else ''}{int(row[a])}, "
-            f"{OVERFLOW_KEYS[name]} = {capacities[name]}"
-            for a, name in enumerate(CAPACITY_NAMES)
-            if row[a] > capacities[name]
-        ]
-        if row[5] > 0:
-            parts.append(
-                f"{int(row[5])} bodies moved more than one block in a step (reduce dt, or use "
-                f"wider blocks than {min(w for w in layout.block_width):g} m)"
-            )
-        if parts:
-            coords = layout.decomposition.coords(rank)
-            lines.append(f"subdomain {rank} {coords}: " + "; ".join(parts))
-    return "\n".join(lines) or None
+    wider = min(w for w in layout.block_width)
+    jumped = f"in a step (reduce dt, or use wider blocks than {wider:g} m)"
+    return overflow_lines(layout, table, OVERFLOW_KEYS, "subdomain", jumped, ("ghost",))
 
 
 def gather(
