@@ -181,6 +181,18 @@ def cross(a: Sequence[Array], b: Sequence[Array]) -> list[Array]:
     return [a[1] * b[2] - a[2] * b[1], a[2] * b[0] - a[0] * b[2], a[0] * b[1] - a[1] * b[0]]
 
 
+def spin_2d(omega: Array, r: Sequence[Array]) -> list[Array]:
+    """omega e_z x r for in-plane vectors r (2 arrays of components): (-omega r_y, omega r_x),
+    the velocity of a disk's cells about its centre (omega: rad per step about z)."""
+    return [-omega * r[1], omega * r[0]]
+
+
+def torque_2d(r: Sequence[Array], force: Sequence[Array]) -> Array:
+    """The z component r_x F_y - r_y F_x of r x F for in-plane r and F (2 arrays each), the
+    only component a disk held in the plane feels."""
+    return r[0] * force[1] - r[1] * force[0]
+
+
 def local_flat_index(
     cells: Array, origin: Sequence[Array | int], block: Sequence[int], grid: Sequence[int]
 ) -> Array:
@@ -202,23 +214,24 @@ def local_flat_index(
     return jnp.where(inside, flat, size)
 
 
-def cover_capacity(radii: Sequence[float], stencil: int) -> int:
-    """The most cells a sphere of one of these radii (cells) covers (``sphere_fraction`` > 0),
-    for any position of its centre, and at most ``stencil`` (its stencil's cells): the slots
-    per body of ``cover_slots``. About 0.7 of the stencil for r = 2 to 4.
+def cover_capacity(radii: Sequence[float], stencil: int, d: int = 3) -> int:
+    """The most cells a sphere (d = 2: a disk) of one of these radii (cells) covers
+    (``sphere_fraction`` > 0), for any position of its centre, and at most ``stencil`` (its
+    stencil's cells): the slots per body of ``cover_slots``. About 0.7 of the stencil for
+    r = 2 to 4.
 
     A sphere covers the cells o with |o - x| < r + 1/2. The lattice is symmetric about every
-    half-integer plane, so centres x in [0, 1/2]^3 cover every case; each such x lies within
-    h sqrt(3)/2 of a point s of a grid of spacing h = 1/16, so its cells lie within
-    r + 1/2 + h sqrt(3)/2 of s: the count over those spheres about every s bounds it (a few
+    half-integer plane, so centres x in [0, 1/2]^d cover every case; each such x lies within
+    h sqrt(d)/2 of a point s of a grid of spacing h = 1/16, so its cells lie within
+    r + 1/2 + h sqrt(d)/2 of s: the count over those spheres about every s bounds it (a few
     cells above the exact maximum)."""
     h = 0.0625
-    samples = np.array(list(itertools.product(np.arange(0.0, 0.5 + h / 2, h), repeat=3)))
+    samples = np.array(list(itertools.product(np.arange(0.0, 0.5 + h / 2, h), repeat=d)))
     most = 0
     for radius in np.unique(np.round(np.asarray(radii, float), 12)):
-        reach = radius + 0.5 + h * np.sqrt(3.0) / 2.0
+        reach = radius + 0.5 + h * np.sqrt(float(d)) / 2.0
         span = np.arange(-int(np.ceil(reach)) - 1, int(np.ceil(reach)) + 2)
-        points = np.array(list(itertools.product(span, repeat=3)), float)
+        points = np.array(list(itertools.product(span, repeat=d)), float)
         for sample in samples:
             distance = np.sqrt(np.sum((points - sample) ** 2, axis=1))
             most = max(most, int(np.sum(distance < reach)))
@@ -342,9 +355,15 @@ def cover_force(
 
 
 def lubrication_coefficient(
-    gap: Array, radius_eff: Array, viscosity: float, cutoff: float, min_gap: Array
+    gap: Array,
+    radius_eff: Array,
+    viscosity: float,
+    cutoff: float,
+    min_gap: Array,
+    depth: float | None = None,
 ) -> Array:
-    """6 pi mu R^2 (1/h - 1/h_c) for gaps below the cutoff, else 0 (SI units).
+    """6 pi mu R^2 (1/h - 1/h_c) for gaps below the cutoff, else 0 (SI units); for cylinders
+    of length ``depth`` (disks of a 2D run) 3 sqrt(2) pi mu L R^(3/2) (h^(-3/2) - h_c^(-3/2)).
 
     The lattice resolves the squeeze flow between two surfaces only down to about one cell;
     below ``cutoff`` the missing part of the leading lubrication force (Brenner 1961; as a
@@ -352,12 +371,24 @@ def lubrication_coefficient(
     ``LubricationCorrection``) is added. ``gap`` is clamped at ``min_gap`` (surface roughness:
     the force stays finite in contact).
 
+    Two parallel cylinders squeeze a film h(x) = h + x^2 / (2 R); the 2D Reynolds equation
+    gives dp/dx = 12 mu V x / h(x)^3 and, integrated twice over the line, the force per
+    length 12 mu V (2 R)^(3/2) h^(-3/2) pi/8 = 3 sqrt(2) pi mu V (R/h)^(3/2): weaker than a
+    sphere's 1/h as h -> 0 (the film escapes sideways along the whole line).
+
     Args:
         gap: surface gap h, m (negative in contact); radius_eff: R1 R2 / (R1 + R2) for two
-        spheres, R for a sphere and a plane, m; viscosity: dynamic, Pa s; cutoff: h_c, m.
+        spheres, R for a sphere and a plane, m; viscosity: dynamic, Pa s; cutoff: h_c, m;
+        depth: L, m, the cylinders' length (None: spheres).
     """
     h = jnp.maximum(gap, min_gap)
-    coefficient = 6.0 * jnp.pi * viscosity * radius_eff**2 * (1.0 / h - 1.0 / cutoff)
+    if depth is None:
+        coefficient = 6.0 * jnp.pi * viscosity * radius_eff**2 * (1.0 / h - 1.0 / cutoff)
+    else:
+        coefficient = (
+            3.0 * np.sqrt(2.0) * jnp.pi * viscosity * depth * radius_eff**1.5
+            * (h**-1.5 - cutoff**-1.5)
+        )  # fmt: skip
     return jnp.where(gap < cutoff, coefficient, 0.0)
 
 
@@ -392,6 +423,7 @@ def lubrication_planes(
     min_gap: Array,
     inverse_mass: Array | None = None,
     dt: float = 0.0,
+    depth: float | None = None,
 ) -> Array:
     """(s, 3) N, the normal lubrication force of every plane on every sphere.
 
@@ -400,12 +432,15 @@ def lubrication_planes(
     Args:
         position, velocity: (s, 3) sphere centres (m) and velocities (m/s); radius: (s,) m;
         plane_point, plane_normal, plane_velocity: (p, 3); min_gap: (s,) m;
-        inverse_mass: (s,) 1/kg and dt (s), the body step: c is made ``implicit_damping``.
+        inverse_mass: (s,) 1/kg and dt (s), the body step: c is made ``implicit_damping``;
+        depth: m, disks (cylinders of this length) in a 2D run; None: spheres.
     """
     gap = jnp.einsum("spa,pa->sp", position[:, None, :] - plane_point[None], plane_normal)
     gap = gap - radius[:, None]
     approach = jnp.einsum("spa,pa->sp", velocity[:, None, :] - plane_velocity[None], plane_normal)
-    c = lubrication_coefficient(gap, radius[:, None], viscosity, cutoff, min_gap[:, None])
+    c = lubrication_coefficient(
+        gap, radius[:, None], viscosity, cutoff, min_gap[:, None], depth
+    )  # fmt: skip
     c = implicit_damping(c, None if inverse_mass is None else inverse_mass[:, None], dt)
     return -jnp.einsum("sp,pa->sa", c * approach, plane_normal)
 
@@ -423,6 +458,7 @@ def lubrication_pairs(
     inverse_mass: Array | None = None,
     dt: float = 0.0,
     one_sided: bool = False,
+    depth: float | None = None,
 ) -> Array:
     """(s, 3) N, the normal lubrication forces of sphere pairs (i, j), summed per sphere.
 
@@ -432,7 +468,8 @@ def lubrication_pairs(
     Args:
         position, velocity: (s, 3); radius: (s,) m; i, j, valid: (P,) the pair list
         (``kernels.neighbor_search.pair_list``; padding masked by ``valid``); min_gap: (s,) m;
-        inverse_mass: (s,) 1/kg and dt (s), the body step: c is made ``implicit_damping``.
+        inverse_mass: (s,) 1/kg and dt (s), the body step: c is made ``implicit_damping``;
+        depth: m, disks (cylinders of this length) in a 2D run; None: spheres.
     """
     j_safe = jnp.where(valid, j, 0)
     d = position[j_safe] - position[i]
@@ -442,8 +479,9 @@ def lubrication_pairs(
     gap = distance - ri - rj
     closing = jnp.sum((velocity[j_safe] - velocity[i]) * n, axis=-1)
     c = lubrication_coefficient(
-        gap, ri * rj / (ri + rj), viscosity, cutoff, jnp.minimum(min_gap[i], min_gap[j_safe])
-    )
+        gap, ri * rj / (ri + rj), viscosity, cutoff, jnp.minimum(min_gap[i], min_gap[j_safe]),
+        depth,
+    )  # fmt: skip
     if inverse_mass is not None:
         c = implicit_damping(c, inverse_mass[i] + inverse_mass[j_safe], dt)
     f = jnp.where(valid, c * closing, 0.0)[:, None] * n

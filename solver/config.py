@@ -159,7 +159,8 @@ def from_dict(data: dict) -> RunConfig:
             "fluid.lattice",
             fluid.lattice,
             f"a {case.dimension}D lattice for case {name}",
-            hint=f"use fluid={'d2q9' if case.dimension == 2 else 'd3q19'}",
+            hint=f"use fluid={'d2q9' if case.dimension == 2 else 'd3q19'}"
+            + (" (case=dkt_2d: disks on D2Q9)" if name == "dkt" and case.dimension == 3 else ""),
         )
     if name == "taylor_green" and case.variant != "vortex" and fluid.dimension != 3:
         raise ConfigError(

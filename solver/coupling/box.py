@@ -1,11 +1,16 @@
 """A closed box of viscous fluid with spheres in it: the set-up the coupled cases settling_sphere,
-dkt and sediment share.
+dkt and sediment share (and dkt_2d: a 2D channel with disks, y up).
 
 The box [0, box] (m, z up) is the fluid's interior, with one solid layer on every face (half-way
 bounce-back walls at 0 and box) and the same six faces as planes for the bodies' contacts. Gravity
 acts along -z on the bodies, and the buoyancy -rho_f V g with it (the fluid carries no hydrostatic
 pressure). The scene's spheres come in SI units; the lattice spacing is ``length / resolution``
 and the time step maps ``velocity_scale`` to ``fluid.u_lattice`` (solver.fluid.cases.base).
+
+On a 2D lattice (D2Q9) the box is (width, height), gravity acts along -y, and each sphere of the
+scene is a disk in the plane z = 0: a cylinder of length ``DISK_DEPTH`` (1 m: masses, forces and
+volumes per metre of depth) with the cylinder's mass rho_s pi r^2 L, moment I = m r^2 / 2 about
+z and no rotation about x or y, and the buoyancy of its volume pi r^2 L (``planar_bodies``).
 
 Host-side NumPy and validation only: every bad scene is a one-line ConfigError before anything is
 traced (a plane in the scene, a sphere or clump member outside the box or overlapping another
@@ -19,6 +24,7 @@ import warnings
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+import jax.numpy as jnp
 import numpy as np
 
 from kernels.lattices import lattice_by_name
@@ -40,6 +46,9 @@ if TYPE_CHECKING:
 # once a sphere has moved half of it (0.15 cells at 3 cells per radius: every few fluid steps,
 # against every body sub-step before)
 SKIN_FRACTION = 0.1
+# m: a disk of a 2D run stands for a cylinder this long (per unit depth: N/m and kg/m read as N
+# and kg)
+DISK_DEPTH = 1.0
 
 
 @dataclass(frozen=True)
@@ -47,7 +56,7 @@ class FluidBox:
     """The fluid of a box case.
 
     Attributes:
-        box: (3,) m, inner size.
+        box: (3,) m, inner size; (2,) on a 2D lattice (width, height: y up).
         fluid_density: kg/m^3; viscosity: dynamic, Pa s.
         length: m, resolved by ``resolution`` cells (dx = length / resolution).
         velocity_scale: m/s, mapped to fluid.u_lattice.
@@ -55,7 +64,7 @@ class FluidBox:
         duration: s.
     """
 
-    box: tuple[float, float, float]
+    box: tuple[float, ...]
     fluid_density: float
     viscosity: float
     length: float
@@ -69,8 +78,8 @@ class FluidBox:
         return self.viscosity / self.fluid_density
 
 
-def box_grid_shape(box: tuple[float, ...], dx: float) -> tuple[int, int, int]:
-    """(nx + 2, ny + 2, nz + 2): the box in cells of dx, and one solid layer on every face;
+def box_grid_shape(box: tuple[float, ...], dx: float) -> tuple[int, ...]:
+    """(nx + 2, ny + 2[, nz + 2]): the box in cells of dx, and one solid layer on every face;
     ConfigError naming case.box when a side is not a whole number (>= 4) of cells."""
     counts = []
     for axis, size in enumerate(box):
@@ -278,6 +287,9 @@ def build_box(
     """The fluid box, the scene's spheres in it, and the PSM coupling that joins them."""
     fluid = config.fluid
     lattice = lattice_by_name(fluid.lattice)
+    d = lattice.d
+    if len(fb.box) != d:
+        raise ConfigError("case.box", list(fb.box), f"{d} sides for a {d}D lattice")
     nu = fb.kinematic_viscosity
     scales = lattice_scales(
         fluid, fb.length, fb.resolution, fb.velocity_scale, nu, fb.fluid_density,
@@ -287,22 +299,65 @@ def build_box(
     dx = units.dx
     shape = box_grid_shape(fb.box, dx)
     solid = np.ones(shape, dtype=bool)
-    solid[1:-1, 1:-1, 1:-1] = False
+    solid[(slice(1, -1),) * d] = False
     setup = fluid_setup(fluid, lattice, shape, scales.omega, solid=solid)
     fluid_case = Case(
         name=name,
         setup=setup,
         units=units,
         density=np.ones(shape),
-        velocity=np.zeros((3,) + shape),
+        velocity=np.zeros((d,) + shape),
         default_steps=units.steps_for(fb.duration),
-        origin=(-dx, -dx, -dx),  # fluid node i at (i - 1/2) dx: half-way walls at 0 and box
+        origin=(-dx,) * d,  # fluid node i at (i - 1/2) dx: half-way walls at 0 and box
         mach=scales.mach,
         reynolds=fb.velocity_scale * fb.length / nu,
     )
-    planes, lower, upper = wall_faces(fluid_case)  # the six walls, at 0 and box
+    planes, lower, upper = wall_faces(fluid_case)  # the six (2D: four) walls, at 0 and box
+    gravity = (0.0, 0.0, -fb.gravity)
+    if d == 2:
+        lower, upper = plane_slab(scene, lower, upper)
+        gravity = (0.0, -fb.gravity, 0.0)
     full = with_planes(scene, planes, lower, upper, wall_material)
-    return couple(config, fluid_case, full, (0.0, 0.0, -fb.gravity), fb.viscosity, lower, upper)
+    return couple(config, fluid_case, full, gravity, fb.viscosity, lower, upper)
+
+
+def plane_slab(scene: Scene, lower: np.ndarray, upper: np.ndarray) -> tuple:
+    """(lower, upper) (3,) m: a 2D fluid's extent (2,) with the slab |z| <= 2 r_max that the
+    disks' centres (z = 0) lie in, for the body model's cell grid and the bounds checks."""
+    _, radii, _ = member_centres(scene)
+    half = 2.0 * float(radii.max()) if radii.size else 1.0
+    return np.append(lower, -half), np.append(upper, half)
+
+
+def planar_bodies(initial: Bodies, radius: np.ndarray, depth: float) -> tuple[Bodies, np.ndarray]:
+    """The disks of a 2D run: spheres of ``initial`` (mass rho_s 4/3 pi r^3 from their material)
+    made cylinders of length ``depth`` (m): mass rho_s pi r^2 L, moment m r^2 / 2 about z and no
+    rotational response about x and y (held in the plane), angular momentum I_z omega_z.
+    Returns (bodies, masses (n,) kg).
+
+    Args:
+        initial: n single-sphere bodies at rest or moving in the plane z = 0;
+        radius: (n,) m.
+    """
+    sphere_mass = 1.0 / np.asarray(initial.inverse_mass, dtype=float)
+    density = sphere_mass / (4.0 / 3.0 * np.pi * radius**3)
+    mass = density * np.pi * radius**2 * depth
+    moment = 0.5 * mass * radius**2
+    omega_z = (
+        np.asarray(initial.angular_momentum, dtype=float)[:, 2]
+        * np.asarray(initial.inverse_inertia, dtype=float)[:, 2]
+    )  # a sphere's isotropic inertia: omega = L / I
+    zero = np.zeros_like(mass)
+    bodies = initial.replace(
+        inverse_mass=jnp.asarray(1.0 / mass, initial.inverse_mass.dtype),
+        inverse_inertia=jnp.asarray(
+            np.stack([zero, zero, 1.0 / moment], -1), initial.inverse_inertia.dtype
+        ),
+        angular_momentum=jnp.asarray(
+            np.stack([zero, zero, moment * omega_z], -1), initial.angular_momentum.dtype
+        ),
+    )
+    return bodies, mass
 
 
 def couple(
@@ -325,8 +380,11 @@ def couple(
     """
     units = fluid_case.units
     dx = units.dx
+    dimension = fluid_case.setup.lattice.d
     check_overlaps(scene, key_prefix=prefix)
     arrays, _ = scene.arrays()
+    if dimension == 2 and len(arrays.member_radius) != len(arrays.mass):
+        raise ConfigError(f"{prefix}.bodies", "clump", "spheres (disks) on a 2D lattice")
     radius = arrays.member_radius
     r_min = float(radius.min())
     cutoff, min_gap = lubrication_settings(config.coupling, dx, r_min)
@@ -341,6 +399,9 @@ def couple(
     mass = arrays.mass
     volume = displaced_volumes(scene)
     initial = initial_of(arrays)
+    if dimension == 2:
+        initial, mass = planar_bodies(initial, radius, DISK_DEPTH)
+        volume = np.pi * radius**2 * DISK_DEPTH
     inverse = np.asarray(initial.inverse_inertia)
     with np.errstate(divide="ignore"):
         moments = np.where(inverse > 0, 1.0 / inverse, np.inf)  # clumps: the arms' share
@@ -362,7 +423,12 @@ def couple(
         lubrication_cutoff=cutoff,
         lubrication_min_gap=min_gap,
         volume=volume,
+        dimension=dimension,
+        depth=DISK_DEPTH,
     )
+    extent = (upper - lower)[:dimension]
+    solid_fraction = float(np.sum(volume) / (DISK_DEPTH if dimension == 2 else 1.0)
+                           / np.prod(extent))  # fmt: skip
     info = {
         "bodies": int(mass.size),
         "spheres": int(radius.size),
@@ -374,10 +440,12 @@ def couple(
         "body_dt_s": units.dt / substeps,
         "stable_body_dt_s": stable,
         "rayleigh_fraction": RAYLEIGH_FRACTION,
-        "solid_fraction": float(np.sum(volume) / np.prod(upper - lower)),
+        "solid_fraction": solid_fraction,
         "domain_lower_m": [float(v) for v in lower],
         "domain_upper_m": [float(v) for v in upper],
     }
+    if dimension == 2:
+        info["disk_depth_m"] = DISK_DEPTH  # masses, forces, volumes per this depth
     return BoxParts(
         fluid_case, bodies, initial, coupling, fluid_case.default_steps, info, arrays.orientation
     )

@@ -1,7 +1,8 @@
 """Coupled cases: a fluid case (lattice units) plus a scene of bodies (SI) moving in it.
 
 settling_sphere, wet_bounce, dkt and sediment are closed boxes of fluid with spheres
-(solver.coupling.box);
+(solver.coupling.box); dkt with a 2D box (configs/case/dkt_2d.yaml) is a closed 2D channel
+with two disks (D2Q9, y up);
 sediment takes any scene in the ``case=scene`` form (file, generate, materials, bodies).
 
 A case hands the coupled model a fluid ``Case`` (solver.fluid.cases.base), the bodies' scene
@@ -362,12 +363,14 @@ class DktCase(CoupledCase):
     it gains, in m/s and as a ratio). Kissing: the gap between the surfaces first falls below
     KISS_GAP diameters (the kiss time, and the smallest gap). Tumbling: after the kiss the pair
     turns over, the trailing sphere TUMBLE_DROP diameters below the leading one while both are
-    clear of the floor (the tumble time)."""
+    clear of the floor (the tumble time). The vertical is z in 3D and y for the disks of
+    dkt_2d (``info["vertical_axis"]``)."""
 
     def diagnostics(self, times: np.ndarray, track: np.ndarray, fluid: dict) -> dict:
         if track.shape[0] == 0 or track.shape[1] < 2:
             return {}
         d = self.info["diameter_m"]
+        up = int(self.info.get("vertical_axis", 2))
         lead, trail = track[:, 0], track[:, 1]
         gap = np.linalg.norm(trail[:, 0:3] - lead[:, 0:3], axis=1) - d
         closest = int(np.argmin(gap))
@@ -377,7 +380,8 @@ class DktCase(CoupledCase):
         }
         kissed = np.flatnonzero(gap < KISS_GAP * d)
         before = slice(0, int(kissed[0]) + 1 if kissed.size else len(times))
-        gain = (-trail[before, 5]) - (-lead[before, 5])  # settling speed, trailing - leading
+        # settling speed, trailing - leading
+        gain = (-trail[before, 3 + up]) - (-lead[before, 3 + up])
         out["drafting_speed_gain_m_s"] = float(gain.max())
         out["drafting"] = bool(gain.max() > 0.0)
         out["kissed"] = bool(kissed.size)
@@ -385,10 +389,10 @@ class DktCase(CoupledCase):
             out["kiss_time_s"] = float(times[kissed[0]])
             # turned over: the trailing sphere a quarter diameter below the leading one while
             # both are clear of the floor (side by side on the floor is not a tumble)
-            clear = np.minimum(lead[:, 2], trail[:, 2]) > 1.5 * d
+            clear = np.minimum(lead[:, up], trail[:, up]) > 1.5 * d
             after = np.flatnonzero(
                 (np.arange(len(times)) > kissed[0])
-                & (trail[:, 2] < lead[:, 2] - TUMBLE_DROP * d)
+                & (trail[:, up] < lead[:, up] - TUMBLE_DROP * d)
                 & clear
             )
             out["tumbled"] = bool(after.size)
@@ -406,6 +410,8 @@ def dkt_shape(config: RunConfig) -> tuple[int, int, int]:
 
 def build_dkt(config: RunConfig) -> DktCase:
     c: DktConfig = config.case
+    if c.dimension == 2:
+        return build_dkt_2d(config)
     radius = 0.5 * c.diameter
     scene = scene_from_dict(
         {
@@ -423,6 +429,48 @@ def build_dkt(config: RunConfig) -> DktCase:
     return parts.case(
         DktCase, "dkt", c.output_every, diameter_m=c.diameter, diameter_cells=c.resolution
     )
+
+
+def build_dkt_2d(config: RunConfig) -> DktCase:
+    """Two disks settling one above the other in a closed 2D channel (D2Q9, y up): the disks
+    of the body model held in the plane z = 0 (solver.coupling.box: cylinders of 1 m depth).
+    The centres are checked here, naming the case's keys: inside the channel by a radius,
+    the disks apart."""
+    c: DktConfig = config.case
+    radius = 0.5 * c.diameter
+    for key, centre in (("case.leading", c.leading), ("case.trailing", c.trailing)):
+        if any(
+            p - radius < 0.0 or p + radius > side for p, side in zip(centre, c.box, strict=True)
+        ):
+            raise ConfigError(
+                key, list(centre),
+                f"a centre at least the radius {radius:g} m inside the channel "
+                f"[0, {c.box[0]:g}] x [0, {c.box[1]:g}] m",
+            )  # fmt: skip
+    apart = math.dist(c.leading, c.trailing)
+    if apart <= c.diameter:
+        raise ConfigError(
+            "case.trailing", list(c.trailing),
+            f"a centre more than a diameter {c.diameter:g} m from case.leading (disks "
+            f"overlap: {apart:.4g} m apart)",
+        )  # fmt: skip
+    scene = scene_from_dict(
+        {
+            "materials": {"sphere": _material_of(c.material, c.sphere_density)},
+            "bodies": [
+                {"shape": "sphere", "material": "sphere", "radius": radius,
+                 "position": [*c.leading, 0.0]},
+                {"shape": "sphere", "material": "sphere", "radius": radius,
+                 "position": [*c.trailing, 0.0]},
+            ],
+        },
+        key_prefix="case",
+    )  # fmt: skip
+    parts = build_box(config, "dkt_2d", _box_of(c, c.diameter), scene)
+    return parts.case(
+        DktCase, "dkt_2d", c.output_every, diameter_m=c.diameter, diameter_cells=c.resolution,
+        vertical_axis=1,
+    )  # fmt: skip
 
 
 class SedimentCase(SceneCase):

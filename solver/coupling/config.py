@@ -224,23 +224,25 @@ def _sphere_array(s: Section) -> SphereArrayConfig:
 @dataclass(frozen=True)
 class DktConfig:
     """Drafting, kissing and tumbling of two spheres settling in a closed box (Glowinski, Pan,
-    Hesla, Joseph & Periaux 2001, J. Comput. Phys. 169, 363, their 3D case).
+    Hesla, Joseph & Periaux 2001, J. Comput. Phys. 169, 363, their 3D case), or of two disks
+    in a 2D channel (their 2D case: a box of two sides makes ``dimension`` 2, which needs a 2D
+    lattice; configs/case/dkt_2d.yaml, ``case=dkt_2d``).
 
     Attributes:
-        box: (3,) m, inner size (walls at 0 and box, z up).
+        box: (3,) m, inner size (walls at 0 and box, z up); 2D: (2,) (width, height: y up).
         diameter: m, both spheres; sphere_density, fluid_density: kg/m^3; viscosity: Pa s.
-        leading, trailing: (3,) m, the centres at rest (the leading one lower).
+        leading, trailing: (3,) m ((2,) in 2D), the centres at rest (the leading one lower).
         resolution: cells per diameter; velocity_scale: m/s -> fluid.u_lattice.
         gravity: m/s^2 along -z; duration: s; material: contact material (density unused).
     """
 
-    box: tuple[float, float, float]
+    box: tuple[float, ...]
     diameter: float
     sphere_density: float
     fluid_density: float
     viscosity: float
-    leading: tuple[float, float, float]
-    trailing: tuple[float, float, float]
+    leading: tuple[float, ...]
+    trailing: tuple[float, ...]
     velocity_scale: float
     resolution: int
     gravity: float
@@ -257,13 +259,19 @@ class DktConfig:
 
 
 def _dkt(s: Section) -> DktConfig:
-    leading, trailing = s.point("leading", 3), s.point("trailing", 3)
-    if trailing[2] <= leading[2]:
+    """``case=dkt`` (3D) and ``case=dkt_2d`` (the same case with a box of two sides: disks in a
+    2D channel, y up; points (x, y))."""
+    box = s.data.get("box")
+    d = 2 if isinstance(box, list | tuple) and len(box) == 2 else 3
+    leading, trailing = s.point("leading", d), s.point("trailing", d)
+    up = "yz"[d - 2]
+    if trailing[d - 1] <= leading[d - 1]:
         raise ConfigError(
-            s.key("trailing"), list(trailing), f"a centre above case.leading (z > {leading[2]:g} m)"
-        )
+            s.key("trailing"), list(trailing),
+            f"a centre above case.leading ({up} > {leading[d - 1]:g} m)",
+        )  # fmt: skip
     return DktConfig(
-        box=s.point("box", 3),
+        box=s.point("box", d),
         diameter=s.positive("diameter"),
         sphere_density=s.positive("sphere_density"),
         fluid_density=s.positive("fluid_density"),
@@ -276,6 +284,7 @@ def _dkt(s: Section) -> DktConfig:
         duration=s.positive("duration"),
         material=_material(s.sub("material")),
         output_every=s.integer("output_every", allow_none=True),
+        dimension=d,
     )
 
 

@@ -4,7 +4,8 @@ bodies_track.csv: one row per fluid step and tracked body (step, time_s, body, x
 vz, fx, fy, fz; SI, the hydrodynamic force without buoyancy). bodies_track.png: each tracked
 body's velocity and hydrodynamic force against time (a PSM force history has no spikes when
 the body crosses cells; this is where to look). slice.png: the speed on the vertical plane
-y = y of the first body, with the bodies cut by that plane drawn as circles.
+y = y of the first body, with the bodies cut by that plane drawn as circles (on a 2D grid: the
+whole plane, the disks drawn; y is up there).
 """
 
 from __future__ import annotations
@@ -46,16 +47,17 @@ def plot_track(path: Path, times: np.ndarray, track: np.ndarray, case) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    up = int(case.info.get("vertical_axis", 2))  # z, or y on a 2D grid
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(8, 6), sharex=True)
     for body in range(track.shape[1]):
-        top.plot(times, track[:, body, 5], lw=1, label=f"body {body}")
-        bottom.plot(times, track[:, body, 8], lw=1)
+        top.plot(times, track[:, body, 3 + up], lw=1, label=f"body {body}")
+        bottom.plot(times, track[:, body, 6 + up], lw=1)
     reference = case.info.get("reference_max_velocity_m_s")
     if reference is not None:
         top.axhline(-reference, color="k", ls="--", lw=1, label="experiment, max (ten Cate 2002)")
     top.set_ylabel("vertical velocity (m/s)")
     top.legend(fontsize=8, loc="best")
-    bottom.set_ylabel("hydrodynamic force z (N)")
+    bottom.set_ylabel(f"hydrodynamic force {'xyz'[up]} (N)")
     bottom.set_xlabel("t (s)")
     fig.suptitle(f"{case.name}: tracked bodies (every fluid step)")
     fig.tight_layout()
@@ -77,14 +79,17 @@ def save_slice_png(
     """Speed on the x-z plane through the first body's centre, bodies drawn where cut.
 
     Args:
-        velocity: (3, nx, ny, nz) m/s; solid: (nx, ny, nz) bool or None;
-        positions: (n, 3) m; radius: (n,) m.
+        velocity: (3, nx, ny, nz) m/s, or (2, nx, ny) on a 2D grid (the whole x-y plane);
+        solid: (nx, ny, nz) bool ((nx, ny)) or None; positions: (n, 3) m; radius: (n,) m.
     """
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     from matplotlib.patches import Circle
+
+    if velocity.shape[0] == 2:
+        return _save_plane_png(path, velocity, solid, dx, origin, positions, radius, title)
 
     y0 = float(positions[0, 1])
     j = int(np.clip(round((y0 - origin[1]) / dx - 0.5), 0, velocity.shape[2] - 1))
@@ -105,6 +110,44 @@ def save_slice_png(
     ax.set_xlabel("x (m)")
     ax.set_ylabel("z (m)")
     ax.set_title(title + f"\n(plane y = {y_plane:.4g} m)", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return Path(path)
+
+
+def _save_plane_png(
+    path: Path,
+    velocity: np.ndarray,
+    solid: np.ndarray | None,
+    dx: float,
+    origin: tuple[float, ...],
+    positions: np.ndarray,
+    radius: np.ndarray,
+    title: str,
+) -> Path:
+    """``save_slice_png`` on a 2D grid: the speed over the x-y plane (velocity (2, nx, ny) m/s),
+    every disk drawn."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Circle
+
+    speed = np.sqrt(np.sum(velocity**2, axis=0))
+    if solid is not None:
+        speed = np.ma.masked_where(solid, speed)
+    nx, ny = speed.shape
+    extent = (origin[0], origin[0] + nx * dx, origin[1], origin[1] + ny * dx)
+    fig, ax = plt.subplots(figsize=(3 + 6 * nx / ny, 7), dpi=110)
+    cmap = plt.get_cmap("viridis").with_extremes(bad="0.35")
+    image = ax.imshow(speed.T, origin="lower", extent=extent, cmap=cmap, interpolation="nearest")
+    fig.colorbar(image, ax=ax, label="speed (m/s)", shrink=0.8)
+    for (x, y, _), r in zip(positions, radius, strict=True):
+        ax.add_patch(Circle((x, y), r, fill=False, color="w", lw=1.2))
+    ax.set_xlabel("x (m)")
+    ax.set_ylabel("y (m)")
+    ax.set_title(title, fontsize=9)
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)

@@ -110,6 +110,13 @@ class PsmCoupling:
         owned: the split of the bodies over the fluid's mesh when each shard owns the bodies
             whose centre its block holds (``coupling.bodies=owned``); None: every shard holds
             every body (replicated).
+        dimension: the lattice's: 3, or 2 for disks on a 2D grid. A disk is a sphere of the
+            body model held in the x-y plane (``hold_in_plane``: no z velocity, angular
+            velocity about z only) standing for a cylinder of length ``depth`` along z: its
+            mass, inertia and displaced volume are the cylinder's (set by the case), the
+            lattice's force per unit depth is multiplied by ``depth``.
+        depth: m, the cylinders' length in a 2D run (1 m: forces and masses per metre of
+            depth); unused in 3D.
     """
 
     bodies: BodySetup
@@ -126,6 +133,34 @@ class PsmCoupling:
     lubrication_min_gap: float = 0.0
     volume: np.ndarray | None = None
     owned: BodyLayout | None = None
+    dimension: int = 3
+    depth: float = 1.0
+
+    def __post_init__(self) -> None:
+        if self.dimension not in (2, 3):
+            raise ValueError(f"PsmCoupling.dimension must be 2 or 3, got {self.dimension}")
+        if self.dimension == 2 and not self.bodies.spheres_only:
+            raise ValueError("disks in a 2D run are single spheres: no clumps")
+        if self.dimension == 2 and self.owned is not None:
+            raise ValueError("disks in a 2D run are replicated bodies (coupling.bodies=owned: 3D)")
+
+    @property
+    def planar(self) -> bool:
+        """Disks held in the x-y plane of a 2D lattice."""
+        return self.dimension == 2
+
+    @property
+    def force_scale(self) -> float:
+        """N per lattice force: rho dx^4 / dt^2 in 3D; in 2D the lattice force is per unit
+        depth (rho dx^3 / dt^2, N/m), times ``depth``."""
+        if self.planar:
+            return self.fluid_density * self.dx**3 * self.depth / self.dt**2
+        return self.fluid_density * self.dx**4 / self.dt**2
+
+    @property
+    def lubrication_depth(self) -> float | None:
+        """The cylinders' length for the 2D lubrication law; None: spheres."""
+        return self.depth if self.planar else None
 
     @property
     def radius_cells(self) -> np.ndarray:
@@ -139,6 +174,8 @@ class PsmCoupling:
         """(n,) m^3, the volume each body displaces."""
         if self.volume is not None:
             return np.asarray(self.volume, dtype=float)
+        if self.planar:
+            return np.pi * self.bodies.radius**2 * self.depth
         if not self.bodies.spheres_only:
             raise ValueError("PsmCoupling.volume is needed for clumps (their members' union)")
         return 4.0 / 3.0 * np.pi * self.bodies.radius**3
@@ -152,6 +189,8 @@ class PsmCoupling:
         """The coupled bodies at time 0: at rest in the fluid's eyes (no hydrodynamic force
         yet), the buoyancy already in the force the first half-kick uses."""
         buoyancy = jnp.asarray(self.buoyancy(), state.force.dtype)
+        if self.planar:
+            state = hold_in_plane(state)
         # two arrays, not one: both are donated to the chunk
         return CoupledBodies(
             state=state.replace(force=state.force + buoyancy),
@@ -180,6 +219,8 @@ class PsmCoupling:
         ``solver.fluid.step.StepCoupling``); report: (tracked, 9) SI position, velocity and
         hydrodynamic force of the tracked bodies."""
         lat = setup.lattice
+        if lat.d != self.dimension:
+            raise ValueError(f"a {lat.d}D lattice for a coupling of dimension {self.dimension}")
         if setup.sponge is not None:
             raise ValueError("a sponge layer is not supported with moving bodies")
         operator = OPERATORS[setup.collision]
@@ -188,12 +229,14 @@ class PsmCoupling:
         dtype = params.dtype
         tau = setup.tau
         offsets = psm.stencil_offsets(self.stencil, lat.d, self.radius_cells)
-        capacity = psm.cover_capacity(self.radius_cells, len(offsets))
+        capacity = psm.cover_capacity(self.radius_cells, len(offsets), lat.d)
         offsets = jnp.asarray(offsets)
         radius = self.radius_cells
-        origin = np.asarray(self.origin)
+        d = lat.d
+        width = d + 1  # the summed cover per cell: eps and eps u_s
+        origin = np.asarray(self.origin)[:d]
         velocity_scale = self.dt / self.dx
-        force_scale = self.fluid_density * self.dx**4 / self.dt**2
+        force_scale = self.force_scale
         torque_scale = force_scale * self.dx
         buoyancy = self.buoyancy()
         tracked = min(self.tracked, self.bodies.n_bodies)
@@ -204,9 +247,10 @@ class PsmCoupling:
             radii ``rad`` (s,) cells (None: the scene's): (post, patch, force (s, 3) and torque
             (s, 3) on each sphere from this block, lattice units)."""
             block = tuple(f[0].shape)
-            center = ((xs - origin) / self.dx - 0.5).astype(dtype)
-            v = (vs * velocity_scale).astype(dtype)
-            w = (ws * self.dt).astype(dtype)
+            center = ((xs[:, :d] - origin) / self.dx - 0.5).astype(dtype)
+            v = (vs[:, :d] * velocity_scale).astype(dtype)
+            # a disk turns about z only: its rate per step (s,); a sphere's vector (s, 3)
+            w = ((ws[:, 2] if d == 2 else ws) * self.dt).astype(dtype)
             # per body, then per stencil cell, computed once: fused into the per-cell work
             # (and the gathers) XLA recomputes each for every cell it touches
             if rad is None:
@@ -217,11 +261,14 @@ class PsmCoupling:
             base = psm.stencil_base(center, rad)
             cells = base[:, None, :] + offsets[None, :, :]
             # (s, m) per component: the sums over a stencil run along the last axis
-            rel = [cells[..., a].astype(dtype) - center[:, None, a] for a in range(3)]
+            rel = [cells[..., a].astype(dtype) - center[:, None, a] for a in range(d)]
             eps = psm.cover_of(rel, rad)
-            spin = psm.cross([w[:, None, a] for a in range(3)], rel)
+            if d == 2:
+                spin = psm.spin_2d(w[:, None], rel)
+            else:
+                spin = psm.cross([w[:, None, a] for a in range(3)], rel)
             flat = psm.local_flat_index(cells, halo.origin(block), block, setup.shape)
-            cover = jnp.stack([eps] + [eps * (v[:, None, a] + spin[a]) for a in range(3)], -1)
+            cover = jnp.stack([eps] + [eps * (v[:, None, a] + spin[a]) for a in range(d)], -1)
             eps, rel, flat, cover = materialised((eps, rel, flat, cover), time)
             force = body_force_at(setup, time)
             size = int(np.prod(block))
@@ -237,6 +284,12 @@ class PsmCoupling:
             per_cover = psm.cover_force(*rows, tau, self.weighting, force)
             on_body = [eps * fa.reshape(eps.shape) for fa in per_cover]
             force_sum = jnp.stack([jnp.sum(fa, axis=1) for fa in on_body], -1)
+            if d == 2:
+                # the bodies are 3D: a disk's force has no z part, its torque only a z part
+                zero = jnp.zeros_like(force_sum[:, 0])
+                torque_z = jnp.sum(psm.torque_2d(rel, on_body), axis=1)
+                force_sum = jnp.stack([force_sum[:, 0], force_sum[:, 1], zero], -1)
+                return post, patch, force_sum, jnp.stack([zero, zero, torque_z], -1)
             torque_sum = jnp.stack([jnp.sum(t, axis=1) for t in psm.cross(rel, on_body)], -1)
             return post, patch, force_sum, torque_sum
 
@@ -263,7 +316,8 @@ class PsmCoupling:
             lubrication = self._lubrication(body_params, body_dtype)
 
             def substep(state: BodyState, _) -> tuple[BodyState, None]:
-                return body_step(self.bodies, state, body_params, external, lubrication), None
+                state = body_step(self.bodies, state, body_params, external, lubrication)
+                return (hold_in_plane(state) if self.planar else state), None
 
             state, _ = lax.scan(substep, extra.state, None, length=self.substeps)
             report = jnp.concatenate(
@@ -278,7 +332,7 @@ class PsmCoupling:
 
         def blend(f, both: Array, table: Array, force) -> tuple[Array, ...]:
             """The PSM collision of cells (any shape X) from their populations f (q arrays
-            (*X)), moments ``both`` (*X, 4) and summed cover ``table`` (*X, 4)."""
+            (*X)), moments ``both`` (*X, d + 1) and summed cover ``table`` (*X, d + 1)."""
             rho, u = both[..., 0], [both[..., 1 + a] for a in range(lat.d)]
             eps_total = table[..., 0]
             covered = jnp.where(eps_total > 0, eps_total, 1.0)
@@ -294,10 +348,10 @@ class PsmCoupling:
             summed cover at each stencil entry)."""
             size = int(np.prod(f[0].shape))
             cells, slot = psm.cover_slots(flat, eps, size, capacity, solid)
-            table = psm.slot_sums(cover.reshape(-1, 4), slot, cells.shape[0])
+            table = psm.slot_sums(cover.reshape(-1, width), slot, cells.shape[0])
             post = fluid_collide(f, time)  # every cell, as without bodies
             f_cells = psm.gather_cells(f, cells, lat.w)
-            both = moment_table(lat, f_cells, force, dtype)  # (slots, 4)
+            both = moment_table(lat, f_cells, force, dtype)  # (slots, d + 1)
             table, both = materialised((table, both), time)
             patch = (cells, blend(f_cells, both, table, force))
             return post, patch, (psm.gather_rows(both, slot), psm.gather_rows(table, slot))
@@ -307,14 +361,14 @@ class PsmCoupling:
             the rows of the moments and the summed cover at each stencil entry)."""
             block = f[0].shape
             flat = flat.reshape(-1)
-            table = psm.scatter_rows(cover.reshape(-1, 4), flat, int(np.prod(block)))
+            table = psm.scatter_rows(cover.reshape(-1, width), flat, int(np.prod(block)))
             if solid is not None:
                 table = jnp.where(solid.reshape(-1, 1), 0.0, table)
-            both = moment_table(lat, f, force, dtype)  # (*block, 4)
-            post = blend(f, both, table.reshape(*block, 4), force)
+            both = moment_table(lat, f, force, dtype)  # (*block, d + 1)
+            post = blend(f, both, table.reshape(*block, width), force)
             # gathered from the tables the step materialises anyway: a derived field's
             # arithmetic would be fused into the gather and read every input at random
-            rows = (psm.gather_rows(both.reshape(-1, 4), flat), psm.gather_rows(table, flat))
+            rows = (psm.gather_rows(both.reshape(-1, width), flat), psm.gather_rows(table, flat))
             return post, None, materialised(rows, time)
 
         if self.owned is not None:
@@ -515,6 +569,7 @@ class PsmCoupling:
         clumps = not self.bodies.spheres_only
         owner = jnp.asarray(self.bodies.member_body, jnp.int32)
         dt = self.bodies.dt
+        depth = self.lubrication_depth
 
         def extra(bodies, contacts):
             s, width = contacts.partners.shape
@@ -528,17 +583,41 @@ class PsmCoupling:
                 valid = valid & (owner[i] != owner[jnp.where(valid, j, 0)])
             x, v, _ = members(bodies)
             force = psm.lubrication_pairs(
-                x, v, radius, i, j, valid, mu, cutoff, min_gap, inverse, dt
+                x, v, radius, i, j, valid, mu, cutoff, min_gap, inverse, dt, depth=depth
             )  # fmt: skip
             if planes:
                 force = force + psm.lubrication_planes(
                     x, v, radius, params.plane_point, params.plane_normal,
-                    params.plane_velocity, mu, cutoff, min_gap, inverse, dt,
+                    params.plane_velocity, mu, cutoff, min_gap, inverse, dt, depth,
                 )  # fmt: skip
             # along the line of centres: no torque about a member's centre
             return self._to_bodies(force, jnp.zeros_like(force), x, bodies.position)
 
         return extra
+
+
+def hold_in_plane(state: BodyState) -> BodyState:
+    """The disks of a 2D run held in the x-y plane, exactly: no velocity along z (so the drift
+    leaves z as it was, bit for bit), angular momentum about z only and orientations that turn
+    about z only (quaternions (w, 0, 0, z)), and no z force or x, y torque carried into the
+    next half-kick. The disks' forces have none of these parts already (in-plane centres,
+    normals and velocities give in-plane contact forces and z torques, and the grid gives
+    in-plane forces); holding them makes it exact against round-off and stray input.
+
+    Args:
+        state: the bodies' state (SI), positions (n, 3) with the disks' plane at their z."""
+    bodies = state.bodies
+    bodies = bodies.replace(
+        velocity=bodies.velocity.at[:, 2].set(0.0),
+        angular_momentum=bodies.angular_momentum.at[:, :2].set(0.0),
+        prescribed_angular_velocity=bodies.prescribed_angular_velocity.at[:, :2].set(0.0),
+        orientation=bodies.orientation.at[:, 1:3].set(0.0),
+    )
+    return state.replace(
+        bodies=bodies,
+        force=state.force.at[:, 2].set(0.0),
+        torque=state.torque.at[:, :2].set(0.0),
+    )
 
 
 def _joined(a, b):

@@ -42,6 +42,7 @@ CASES: dict[str, Callable[[Context], CaseResult]] = {
     "settling_sphere": coupled.settling_sphere,
     "sphere_array": coupled.sphere_array,
     "dkt": coupled.dkt,
+    "dkt_2d": coupled.dkt_2d,
     "wet_bounce": coupled.wet_bounce,
     # rigid bodies last: they switch JAX to 64-bit mode for the rest of the process
     "projectile": bodies.projectile,
@@ -53,7 +54,8 @@ CASES: dict[str, Callable[[Context], CaseResult]] = {
 
 BODY_CASES = ("projectile", "bounce", "incline", "cradle", "tumbling")
 # Too long for make test even in their fast variant (two resolved runs of a minute or more
-# each): run by `python -m validation` and `make validate` only.
+# each): run by `python -m validation` and `make validate` only (dkt_2d too: two 2D runs of
+# about a minute).
 # 2D-3 needs its full 8 s at 20 cells per diameter or more (tau >= 0.535); the Re = 1600
 # vortex compiles a D3Q27 KBC program (its energy series is tested in tests/test_cases_run.py).
 # operators reruns seven fluid cases with three operators (its override rewriting is tested
@@ -66,6 +68,7 @@ BODY_CASES = ("projectile", "bounce", "incline", "cradle", "tumbling")
 # checks the STL-vs-exact agreement on a small grid in make test).
 FULL_ONLY = (
     "dkt",
+    "dkt_2d",
     "wet_bounce",
     "schaefer_turek_2d3",
     "taylor_green_re1600",

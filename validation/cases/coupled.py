@@ -11,6 +11,8 @@ sphere_array: Zick & Homsy 1982, the drag of a periodic array of fixed spheres i
 dkt: Glowinski et al. 2001, drafting, kissing and tumbling of two spheres: the three stages
 appear, and the kiss time converges between two resolutions.
 
+dkt_2d: the same for two disks in their 2D channel (D2Q9, the disks held in the plane).
+
 wet_bounce: Gondret, Lance & Petit 2002, a steel sphere bouncing off a wall in a viscous fluid:
 the effective restitution over the dry one against the Stokes number of the impact, with and
 without the lubrication correction, against Legendre et al.'s fit exp(-35 / St) to their data.
@@ -280,13 +282,94 @@ def dkt(ctx: Context) -> CaseResult:
     return _with_plot(ctx, name, fig, result)
 
 
-def _pair_track(run_dir: Path, diameter: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(time s, heights (2, k) m, gap / d (k,)) of bodies 0 and 1 from bodies_track.csv."""
+def _pair_track(
+    run_dir: Path, diameter: float, up: str = "z"
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(time s, heights (2, k) m along ``up``, gap / d (k,)) of bodies 0 and 1 from
+    bodies_track.csv."""
     data = np.genfromtxt(run_dir / "bodies_track.csv", delimiter=",", names=True)
     a, b = data[data["body"] == 0], data[data["body"] == 1]
     offset = np.stack([b[c] - a[c] for c in ("x", "y", "z")])
     gap = (np.linalg.norm(offset, axis=0) - diameter) / diameter
-    return a["time_s"], np.stack([a["z"], b["z"]]), gap
+    return a["time_s"], np.stack([a[up], b[up]]), gap
+
+
+# --- dkt_2d: Glowinski et al. 2001, their 2D case -----------------------------------------------
+
+# Cells per disk diameter: the coarser run and the finer one whose kiss times must agree (2D is
+# cheap: the finer run is 160 x 640 cells, 16,000 steps)
+DKT_2D_RESOLUTIONS = {"full": (10, 16), "fast": (6, 8)}
+DKT_2D_DURATION = {"full": 4.0, "fast": 3.0}  # s: the tumble comes at about 2.6 s
+# The issue's goal: the kiss time converged within 5 % between the two resolutions. The fast
+# pair is coarser (3 to 4 cells per radius); its bound still fails a run without the stages.
+DKT_2D_KISS_TOL = {"full": 0.05, "fast": 0.2}
+
+
+def dkt_2d(ctx: Context) -> CaseResult:
+    name = "dkt_2d"
+    mode = "fast" if ctx.fast else "full"
+    resolutions = DKT_2D_RESOLUTIONS[mode]
+    tol = DKT_2D_KISS_TOL[mode]
+    result = CaseResult(name)
+    result.notes.append(
+        "Drafting, kissing and tumbling of two disks settling in a closed 2 x 8 cm channel, the "
+        "2D case of Glowinski, Pan, Hesla, Joseph & Periaux 2001 (J. Comput. Phys. 169, 363) as "
+        "LBM and IB papers reproduce it: d = 0.2 cm, 1010 kg/m^3 in 1000 kg/m^3, nu = 1e-6 "
+        "m^2/s, centres at rest (1.0, 6.8) and (0.999, 7.2) cm. PSM coupling on D2Q9 TRT, "
+        "float32; the disks are spheres of the body model held in the plane (cylinders of 1 m "
+        "depth), with the 2D lubrication law (h^-3/2) and the sphere contact law in the plane. "
+        "Checked: the three stages appear at every resolution (drafting: the trailing disk "
+        "settles faster; kissing: the gap falls below 5 % of d; tumbling: the trailing disk a "
+        "quarter diameter below the leading one, both clear of the floor), and the kiss time "
+        f"agrees within {tol:.0%} between {resolutions[0]} and {resolutions[1]} cells per "
+        "diameter."
+    )
+    runs = {}
+    for n in resolutions:
+        run = ctx.simulate(
+            name,
+            f"D={n}",
+            ["case=dkt_2d", "fluid=d2q9", "coupling=psm", f"case.resolution={n}",
+             f"case.duration={DKT_2D_DURATION[mode]}"],
+        )  # fmt: skip
+        diag = run.summary["diagnostics"]
+        for stage in ("drafting", "kissed", "tumbled"):
+            seen = float(bool(diag.get(stage)))
+            result.checks.append(Check(name, f"{stage} (D={n})", seen, 1.0, 1.0 - seen, 0.5))
+        note = f"{run.note()}, min gap {diag['min_gap_over_d']:.4f} d"
+        for key in ("kiss_time_s", "tumble_time_s"):
+            if key in diag:
+                note += f", {key.split('_')[0]} at {diag[key]:.4f} s"
+        result.notes.append(note)
+        diameter = float(run.summary["coupling"]["diameter_m"])
+        runs[n] = (Path(run.summary["outputs"]["run_json"]).parent, diag, diameter)
+    coarse, fine = (runs[n][1].get("kiss_time_s") for n in resolutions)
+    if coarse is not None and fine is not None:
+        result.checks.append(
+            Check(name, f"kiss time s, D={resolutions[0]} vs D={resolutions[1]}", coarse, fine,
+                  abs(coarse / fine - 1.0), tol)
+        )  # fmt: skip
+    else:
+        result.checks.append(
+            Check(name, "kiss time s at both resolutions", float("nan"), 0.0, float("nan"), tol)
+        )  # fmt: skip
+    fig, (ax_y, ax_gap) = plots.figure(2, width=9.0, height=3.6)
+    for n, (run_dir, diag, diameter) in runs.items():
+        t, y, gap = _pair_track(run_dir, diameter, "y")
+        lead = ax_y.plot(t, 100 * y[0], lw=1.2, label=f"leading D={n}")[0]
+        ax_y.plot(t, 100 * y[1], lw=1.2, ls="--", color=lead.get_color(), label=f"trailing D={n}")
+        ax_gap.plot(t, gap, lw=1.2, color=lead.get_color(), label=f"D={n}")
+        if "kiss_time_s" in diag:
+            ax_gap.axvline(diag["kiss_time_s"], color=lead.get_color(), ls=":", lw=1)
+    ax_y.set_xlabel("t (s)")
+    ax_y.set_ylabel("height of the centre (cm)")
+    ax_y.legend(fontsize=7)
+    ax_gap.set_xlabel("t (s)")
+    ax_gap.set_ylabel("gap / d")
+    ax_gap.set_ylim(bottom=0.0)
+    ax_gap.set_title("dotted: the kiss (gap < 0.05 d)", fontsize=9)
+    ax_gap.legend(fontsize=7)
+    return _with_plot(ctx, name, fig, result)
 
 
 # --- wet_bounce: Gondret et al. 2002 ----------------------------------------------------------

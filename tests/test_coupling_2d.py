@@ -1,0 +1,225 @@
+"""Disks in a 2D fluid (D2Q9 + PSM): bodies of the 3D body model held in the x-y plane.
+
+The kernel tests run the coupled fluid chunk (solver.fluid.step.make_coupled_chunk with a
+``PsmCoupling`` of dimension 2) on a small periodic box in lattice units (dx = dt = 1, fluid
+density 1, disks one cell deep), float64, as tests/test_coupling.py does for spheres. The case
+tests build ``case=dkt_2d`` and run it through the command line.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from solver_cli import run_solver
+
+from kernels import coupling as psm
+from kernels.lattices import D2Q9
+from kernels.neighbor_search import CellGrid
+from kernels.rigid_body import Bodies
+from solver.api import compose_config
+from solver.app import enable_precision
+from solver.bodies import step as bs
+from solver.coupling.cases import build_coupled_case
+from solver.coupling.step import PsmCoupling
+from solver.errors import ConfigError
+from solver.fluid.setup import FluidSetup
+from solver.fluid.step import SINGLE, initial_state, make_coupled_chunk, make_geometry
+
+N = 24  # periodic box of N^2 cells
+RADIUS = 3.0  # cells
+DISK_DENSITY = 1.5  # over the fluid's
+TAU = 0.8
+DEPTH = 1.0  # cells: the disks are cylinders one cell deep (lattice units)
+# float64 sums over ~600 cells and 9 directions: differences of a few 1e-16 per term
+ROUND_OFF = 1e-12
+# compiling is nearly all these runs' time; the algebra checked is the same at -O0
+FAST_COMPILE = {"xla_backend_optimization_level": 0}
+DKT_2D = ["case=dkt_2d", "fluid=d2q9", "coupling=psm"]
+
+
+@pytest.fixture(autouse=True)
+def _float64():
+    enable_precision("float64")
+
+
+def body_setup(count: int, gravity=(0.0, 0.0, 0.0)) -> bs.BodySetup:
+    ones = np.ones(count)
+    grid = CellGrid.covering((-4.0,) * 3, (N + 4.0,) * 3, 2 * RADIUS + 1.0, 4, 4)
+    return bs.BodySetup(
+        radius=RADIUS * ones, young=1e3 * ones, poisson=0.3 * ones, restitution=0.5 * ones,
+        friction=0.3 * ones, rolling_friction=0.0 * ones, grid=grid, dt=1.0, skin=1.0,
+        gravity=gravity,
+    )  # fmt: skip
+
+
+def disks(position, velocity, omega_z, stray: bool = False) -> Bodies:
+    """Disks (cylinders DEPTH deep) at ``position`` (n, 3), moving in the plane; ``stray``:
+    with an out-of-plane velocity, spin and tilt that holding them in the plane must remove."""
+    position = np.atleast_2d(np.asarray(position, dtype=np.float64))
+    n = position.shape[0]
+    mass = DISK_DENSITY * math.pi * RADIUS**2 * DEPTH
+    moment = 0.5 * mass * RADIUS**2
+    velocity = np.atleast_2d(np.asarray(velocity, dtype=np.float64)).copy()
+    momentum = np.zeros((n, 3))
+    momentum[:, 2] = moment * np.asarray(omega_z)
+    orientation = np.tile([1.0, 0.0, 0.0, 0.0], (n, 1))
+    if stray:
+        velocity[:, 2] = 0.01
+        momentum[:, 0] = 0.3
+        orientation[:, 1] = 1e-3
+    return Bodies(
+        position=jnp.asarray(position),
+        orientation=jnp.asarray(orientation),
+        velocity=jnp.asarray(velocity),
+        angular_momentum=jnp.asarray(momentum),
+        prescribed_angular_velocity=jnp.zeros((n, 3)),
+        inverse_mass=jnp.full((n,), 1.0 / mass),
+        inverse_inertia=jnp.asarray(np.tile([0.0, 0.0, 1.0 / moment], (n, 1))),
+        kinematic=jnp.zeros((n,), bool),
+    )
+
+
+def run(bodies: Bodies, steps: int, gravity=(0.0, 0.0, 0.0)):
+    """(fluid state, coupled bodies, track (steps, n, 9), coupling) after ``steps`` coupled
+    steps of disks in fluid at rest."""
+    n = bodies.position.shape[0]
+    setup = FluidSetup(lattice=D2Q9, shape=(N, N), omega=1.0 / TAU, dtype="float64")
+    coupling = PsmCoupling(
+        bodies=body_setup(n, gravity), substeps=1, dx=1.0, dt=1.0, origin=(0.0, 0.0, 0.0),
+        fluid_density=1.0, tracked=n, dimension=2, depth=DEPTH,
+    )  # fmt: skip
+    state = initial_state(setup, np.ones((N, N)), np.zeros((2, N, N)))
+    extra = coupling.initial(bs.initial_state(coupling.bodies, bodies))
+    chunk = jax.jit(
+        make_coupled_chunk(setup, SINGLE, coupling), static_argnums=2, compiler_options=FAST_COMPILE
+    )
+    state, _, extra, track = chunk(state, make_geometry(setup), steps, extra)
+    return state, extra, np.asarray(track), coupling
+
+
+def fluid_momentum(state) -> np.ndarray:
+    f = np.asarray(state.populations).reshape(D2Q9.q, -1).sum(axis=1)
+    return D2Q9.c.astype(float).T @ f
+
+
+def test_the_disk_cover_reproduces_the_area_and_the_2d_lubrication_law():
+    centre = jnp.array([[7.31, 6.87]])
+    radius = jnp.array([RADIUS])
+    size = psm.stencil_size(RADIUS)
+    offsets = psm.stencil_offsets(size, 2, [RADIUS])
+    cells = psm.stencil_base(centre, radius)[:, None, :] + jnp.asarray(offsets)[None]
+    eps = psm.sphere_fraction(centre, radius, cells)
+    # the linear cover overestimates a disk of radius 3 cells by 1.3 % (curvature, O(1/r^2))
+    assert abs(float(eps.sum()) / (math.pi * RADIUS**2) - 1.0) < 0.015
+    covered = int(np.sum(np.asarray(eps) > 0))
+    assert covered <= psm.cover_capacity([RADIUS], len(offsets), 2) <= len(offsets)
+    # cylinder and plane: 3 sqrt(2) pi mu L (R/h)^(3/2) per unit approach speed, minus the
+    # cutoff's share (the lattice resolves the film above it)
+    mu, radius_m, gap, cutoff, depth = 0.1, 3e-3, 2.5e-4, 1e-3, 0.5
+    c = float(psm.lubrication_coefficient(gap, radius_m, mu, cutoff, 1e-9, depth))
+    want = 3 * math.sqrt(2) * math.pi * mu * depth * radius_m**1.5 * (gap**-1.5 - cutoff**-1.5)
+    assert c == pytest.approx(want, rel=1e-12)
+    assert float(psm.lubrication_coefficient(2 * cutoff, radius_m, mu, cutoff, 1e-9, depth)) == 0
+
+
+def test_fluid_plus_disk_momentum_is_conserved_and_the_disk_stays_in_its_plane():
+    """A spinning disk launched into fluid at rest in a periodic box: what it loses, the fluid
+    gains, step for step (up to velocity Verlet's half-step lag and the force averaging, as for
+    a sphere in tests/test_coupling.py), and nothing leaves the plane: the z velocity, x and y
+    angular momenta, the quaternion's x and y parts, the z force and the x, y torques are zero
+    to the bit, though the disk started with a stray out-of-plane velocity, spin and tilt."""
+    v0 = np.array([0.04, 0.02, 0.0])
+    z0 = 0.25
+    bodies = disks([[11.3, 10.8, z0]], [v0], [0.004], stray=True)
+    steps = 30
+    state, extra, track, _ = run(bodies, steps)
+    mass = 1.0 / float(bodies.inverse_mass[0])
+    before = mass * v0[:2]  # the fluid starts at rest; the stray z velocity is held to 0
+    body = extra.state.bodies
+    after = fluid_momentum(state) + mass * np.asarray(body.velocity[0, :2])
+    force = track[:, 0, 6:8]
+    lag = -0.5 * 0.5 * (force[-1] + force[-2]) - 0.5 * force[-1]
+    assert np.abs(after - before - lag).max() < ROUND_OFF * np.abs(before).max() * 100
+    speed = np.linalg.norm(track[:, 0, 3:5], axis=1)
+    assert speed[-1] < 0.8 * np.linalg.norm(v0), "the drag slowed the disk"
+    # the plane, exactly
+    assert np.all(track[:, 0, 2] == z0) and np.all(np.asarray(body.position[:, 2]) == z0)
+    assert np.all(track[:, 0, 5] == 0.0) and np.all(track[:, 0, 8] == 0.0)
+    assert np.all(np.asarray(body.angular_momentum[:, :2]) == 0.0)
+    assert np.all(np.asarray(body.orientation[:, 1:3]) == 0.0)
+    assert np.all(np.asarray(extra.hydro_force[:, 2]) == 0.0)
+    assert np.all(np.asarray(extra.hydro_torque[:, :2]) == 0.0)
+    assert abs(float(extra.hydro_torque[0, 2])) > 1e-6, "the spinning disk feels a torque"
+    assert np.all(np.asarray(extra.state.force[:, 2]) == 0.0)
+    assert np.all(np.asarray(extra.state.torque[:, :2]) == 0.0)
+
+
+def test_two_mirrored_disks_settle_alike_under_gravity():
+    """Two disks at mirror places about the box's vertical mid-line x = (N - 1) / 2 settle: the
+    same downward velocity, opposite sideways velocities and spins (to round-off), and a
+    settling speed below free fall's (1 - rho_f / rho_s) g t but well above a tenth of it."""
+    g, steps, mid, a = 1e-4, 40, (N - 1) / 2.0, 5.2
+    bodies = disks([[mid - a, 12.4, 0.0], [mid + a, 12.4, 0.0]], np.zeros((2, 3)), [0.0, 0.0])
+    _, extra, track, _ = run(bodies, steps, gravity=(0.0, -g, 0.0))
+    v = track[:, :, 3:6]
+    scale = np.abs(v[:, :, 1]).max()
+    assert np.all(v[-1, :, 1] < 0.0), "the disks settle downwards"
+    free_fall = (1.0 - 1.0 / DISK_DENSITY) * g * steps
+    assert 0.1 * free_fall < -v[-1, 0, 1] < free_fall
+    assert abs(v[-1, 0, 1] - v[-1, 1, 1]) < 1e-9 * scale, "the same settling"
+    assert abs(v[-1, 0, 0] + v[-1, 1, 0]) < 1e-9 * scale, "mirrored sideways drift"
+    w = np.asarray(extra.state.bodies.angular_momentum[:, 2])
+    assert abs(w[0] + w[1]) < 1e-9 * max(np.abs(w).max(), 1e-30), "mirrored spins"
+
+
+@pytest.mark.parametrize(
+    ("override", "key"),
+    [
+        ("case.leading=[0.0005,0.068]", "case.leading"),
+        ("case.trailing=[0.0101,0.0695]", "case.trailing"),
+        ("case.box=[0.02,0.08,0.02]", "case.leading"),  # 3D box, 2D centres
+    ],
+    ids=["outside", "overlapping", "3d-box"],
+)
+def test_bad_disks_are_config_errors_naming_the_key(override, key):
+    with pytest.raises(ConfigError, match=key) as err:
+        build_coupled_case(compose_config([*DKT_2D, override]))
+    assert "\n" not in str(err.value)
+
+
+def test_a_bad_2d_input_exits_2_with_one_line(tmp_path):
+    """Through the command line: a disk outside the channel, and owned bodies on a 2D grid."""
+    for override, key in (
+        ("case.leading=[0.0005,0.068]", "case.leading"),
+        ("coupling.bodies=owned", "coupling.bodies"),
+    ):
+        result = run_solver(
+            [*DKT_2D, override, "steps=1", f"hydra.run.dir={tmp_path / key}"], timeout=120
+        )
+        assert result.returncode == 2, result.stderr[-2000:]
+        lines = result.stderr.strip().splitlines()
+        assert len(lines) == 1 and key in lines[0] and "Traceback" not in result.stderr
+
+
+def test_a_short_2d_dkt_run_writes_its_diagnostics(tmp_path):
+    result = run_solver(
+        [*DKT_2D, "case.resolution=4", "steps=20", "chunk=20", "output.png=false",
+         f"hydra.run.dir={tmp_path}"],
+        timeout=300,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    summary = json.loads((tmp_path / "run.json").read_text())
+    diag = summary["diagnostics"]
+    for key in ("min_gap_over_d", "drafting", "drafting_speed_gain_m_s", "kissed", "tumbled"):
+        assert key in diag, key
+    assert diag["min_gap_over_d"] > 0.9 and not diag["kissed"]  # 20 steps: still apart
+    assert summary["coupling"]["disk_depth_m"] == 1.0
+    assert summary["coupling"]["vertical_axis"] == 1
+    track = np.loadtxt(tmp_path / "bodies_track.csv", delimiter=",", skiprows=1)
+    assert np.all(track[:, 5] == 0.0) and np.all(track[:, 8] == 0.0), "z position and velocity"
+    assert np.all(track[:, 7] < 0.0), "settling along -y"
