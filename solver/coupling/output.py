@@ -82,71 +82,57 @@ def save_slice_png(
         velocity: (3, nx, ny, nz) m/s, or (2, nx, ny) on a 2D grid (the whole x-y plane);
         solid: (nx, ny, nz) bool ((nx, ny)) or None; positions: (n, 3) m; radius: (n,) m.
     """
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    from matplotlib.patches import Circle
-
-    if velocity.shape[0] == 2:
-        return _save_plane_png(path, velocity, solid, dx, origin, positions, radius, title)
-
-    y0 = float(positions[0, 1])
-    j = int(np.clip(round((y0 - origin[1]) / dx - 0.5), 0, velocity.shape[2] - 1))
-    speed = np.sqrt(np.sum(velocity[:, :, j, :] ** 2, axis=0))
-    if solid is not None:
-        speed = np.ma.masked_where(solid[:, j, :], speed)
-    nx, nz = speed.shape
-    extent = (origin[0], origin[0] + nx * dx, origin[2], origin[2] + nz * dx)
-    fig, ax = plt.subplots(figsize=(6, 6 * nz / nx + 0.5), dpi=110)
-    cmap = plt.get_cmap("viridis").with_extremes(bad="0.35")
-    image = ax.imshow(speed.T, origin="lower", extent=extent, cmap=cmap, interpolation="nearest")
-    fig.colorbar(image, ax=ax, label="speed (m/s)", shrink=0.8)
-    y_plane = origin[1] + (j + 0.5) * dx
-    for (x, y, z), r in zip(positions, radius, strict=True):
-        cut = r * r - (y - y_plane) ** 2
-        if cut > 0:
-            ax.add_patch(Circle((x, z), np.sqrt(cut), fill=False, color="w", lw=1.2))
-    ax.set_xlabel("x (m)")
-    ax.set_ylabel("z (m)")
-    ax.set_title(title + f"\n(plane y = {y_plane:.4g} m)", fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
-    return Path(path)
+    if velocity.shape[0] == 2:  # the whole x-y plane, every disk drawn
+        speed = np.sqrt(np.sum(velocity**2, axis=0))
+        cut_solid = solid
+        circles = [((x, y), r) for (x, y, _), r in zip(positions, radius, strict=True)]
+        axes, label = (0, 1), title
+    else:  # the x-z plane through the first body's centre, spheres drawn where cut
+        y0 = float(positions[0, 1])
+        j = int(np.clip(round((y0 - origin[1]) / dx - 0.5), 0, velocity.shape[2] - 1))
+        speed = np.sqrt(np.sum(velocity[:, :, j, :] ** 2, axis=0))
+        cut_solid = None if solid is None else solid[:, j, :]
+        y_plane = origin[1] + (j + 0.5) * dx
+        circles = [
+            ((x, z), np.sqrt(r * r - (y - y_plane) ** 2))
+            for (x, y, z), r in zip(positions, radius, strict=True)
+            if r * r > (y - y_plane) ** 2
+        ]
+        axes, label = (0, 2), title + f"\n(plane y = {y_plane:.4g} m)"
+    return _plane_png(path, speed, cut_solid, dx, [origin[a] for a in axes], axes, circles, label)
 
 
-def _save_plane_png(
+def _plane_png(
     path: Path,
-    velocity: np.ndarray,
+    speed: np.ndarray,
     solid: np.ndarray | None,
     dx: float,
-    origin: tuple[float, ...],
-    positions: np.ndarray,
-    radius: np.ndarray,
+    origin: list[float],
+    axes: tuple[int, int],
+    circles: list,
     title: str,
 ) -> Path:
-    """``save_slice_png`` on a 2D grid: the speed over the x-y plane (velocity (2, nx, ny) m/s),
-    every disk drawn."""
+    """Speed (n0, n1) m/s on a plane spanned by the grid ``axes``, solid cells grey, the
+    ``circles`` ((centre), radius) m drawn."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     from matplotlib.patches import Circle
 
-    speed = np.sqrt(np.sum(velocity**2, axis=0))
     if solid is not None:
         speed = np.ma.masked_where(solid, speed)
-    nx, ny = speed.shape
-    extent = (origin[0], origin[0] + nx * dx, origin[1], origin[1] + ny * dx)
-    fig, ax = plt.subplots(figsize=(3 + 6 * nx / ny, 7), dpi=110)
+    n0, n1 = speed.shape
+    extent = (origin[0], origin[0] + n0 * dx, origin[1], origin[1] + n1 * dx)
+    size = (6, 6 * n1 / n0 + 0.5) if axes == (0, 2) else (3 + 6 * n0 / n1, 7)
+    fig, ax = plt.subplots(figsize=size, dpi=110)
     cmap = plt.get_cmap("viridis").with_extremes(bad="0.35")
     image = ax.imshow(speed.T, origin="lower", extent=extent, cmap=cmap, interpolation="nearest")
     fig.colorbar(image, ax=ax, label="speed (m/s)", shrink=0.8)
-    for (x, y, _), r in zip(positions, radius, strict=True):
-        ax.add_patch(Circle((x, y), r, fill=False, color="w", lw=1.2))
-    ax.set_xlabel("x (m)")
-    ax.set_ylabel("y (m)")
+    for centre, r in circles:
+        ax.add_patch(Circle(centre, r, fill=False, color="w", lw=1.2))
+    ax.set_xlabel(f"{'xyz'[axes[0]]} (m)")
+    ax.set_ylabel(f"{'xyz'[axes[1]]} (m)")
     ax.set_title(title, fontsize=9)
     fig.tight_layout()
     fig.savefig(path)

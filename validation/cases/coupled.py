@@ -232,54 +232,10 @@ def dkt(ctx: Context) -> CaseResult:
         f"{KISS_TIME_TOL[mode]:.0%} between {resolutions[0]} and {resolutions[1]} cells per "
         "diameter."
     )
-    runs = {}
-    for n in resolutions:
-        run = ctx.simulate(
-            name,
-            f"D={n}",
-            ["case=dkt", "fluid=d3q19", "coupling=psm", f"case.resolution={n}",
-             f"case.duration={DKT_DURATION[mode]}"],
-        )  # fmt: skip
-        diag = run.summary["diagnostics"]
-        for stage in ("drafting", "kissed", "tumbled"):
-            seen = float(bool(diag.get(stage)))
-            result.checks.append(Check(name, f"{stage} (D={n})", seen, 1.0, 1.0 - seen, 0.5))
-        note = f"{run.note()}, min gap {diag['min_gap_over_d']:.3f} d"
-        for key in ("kiss_time_s", "tumble_time_s"):
-            if key in diag:
-                note += f", {key.split('_')[0]} at {diag[key]:.4f} s"
-        result.notes.append(note)
-        diameter = float(run.summary["coupling"]["diameter_m"])
-        runs[n] = (Path(run.summary["outputs"]["run_json"]).parent, diag, diameter)
-    coarse, fine = (runs[n][1].get("kiss_time_s") for n in resolutions)
-    if coarse is not None and fine is not None:
-        change = abs(coarse / fine - 1.0)
-        result.checks.append(
-            Check(name, f"kiss time s, D={resolutions[0]} vs D={resolutions[1]}", coarse, fine,
-                  change, KISS_TIME_TOL[mode])
-        )  # fmt: skip
-    else:
-        result.checks.append(
-            Check(name, "kiss time s at both resolutions", float("nan"), 0.0, float("nan"),
-                  KISS_TIME_TOL[mode])
-        )  # fmt: skip
-    fig, (ax_z, ax_gap) = plots.figure(2, width=9.0, height=3.6)
-    for n, (run_dir, diag, diameter) in runs.items():
-        t, z, gap = _pair_track(run_dir, diameter)
-        lead = ax_z.plot(t, 100 * z[0], lw=1.2, label=f"leading D={n}")[0]
-        ax_z.plot(t, 100 * z[1], lw=1.2, ls="--", color=lead.get_color(), label=f"trailing D={n}")
-        ax_gap.plot(t, gap, lw=1.2, color=lead.get_color(), label=f"D={n}")
-        if "kiss_time_s" in diag:
-            ax_gap.axvline(diag["kiss_time_s"], color=lead.get_color(), ls=":", lw=1)
-    ax_z.set_xlabel("t (s)")
-    ax_z.set_ylabel("height of the centre (cm)")
-    ax_z.legend(fontsize=7)
-    ax_gap.set_xlabel("t (s)")
-    ax_gap.set_ylabel("gap / d")
-    ax_gap.set_ylim(bottom=0.0)
-    ax_gap.set_title("dotted: the kiss (gap < 0.05 d)", fontsize=9)
-    ax_gap.legend(fontsize=7)
-    return _with_plot(ctx, name, fig, result)
+    return _dkt_pair(
+        ctx, result, ["case=dkt", "fluid=d3q19"], resolutions, DKT_DURATION[mode],
+        KISS_TIME_TOL[mode], "z",
+    )  # fmt: skip
 
 
 def _pair_track(
@@ -324,14 +280,31 @@ def dkt_2d(ctx: Context) -> CaseResult:
         f"agrees within {tol:.0%} between {resolutions[0]} and {resolutions[1]} cells per "
         "diameter."
     )
+    return _dkt_pair(
+        ctx, result, ["case=dkt_2d", "fluid=d2q9"], resolutions, DKT_2D_DURATION[mode], tol, "y"
+    )
+
+
+def _dkt_pair(
+    ctx: Context,
+    result: CaseResult,
+    case: list[str],
+    resolutions: tuple[int, int],
+    duration: float,
+    tol: float,
+    up: str,
+) -> CaseResult:
+    """The two runs of a drafting-kissing-tumbling case (``case``: its case and lattice
+    overrides) at the coarser and the finer resolution: the three stages checked in each, the
+    kiss times against each other (``tol``), and the heights (along ``up``) and gap plotted."""
+    name = result.name
     runs = {}
     for n in resolutions:
         run = ctx.simulate(
             name,
             f"D={n}",
-            ["case=dkt_2d", "fluid=d2q9", "coupling=psm", f"case.resolution={n}",
-             f"case.duration={DKT_2D_DURATION[mode]}"],
-        )  # fmt: skip
+            [*case, "coupling=psm", f"case.resolution={n}", f"case.duration={duration}"],
+        )
         diag = run.summary["diagnostics"]
         for stage in ("drafting", "kissed", "tumbled"):
             seen = float(bool(diag.get(stage)))
@@ -353,17 +326,17 @@ def dkt_2d(ctx: Context) -> CaseResult:
         result.checks.append(
             Check(name, "kiss time s at both resolutions", float("nan"), 0.0, float("nan"), tol)
         )  # fmt: skip
-    fig, (ax_y, ax_gap) = plots.figure(2, width=9.0, height=3.6)
+    fig, (ax_h, ax_gap) = plots.figure(2, width=9.0, height=3.6)
     for n, (run_dir, diag, diameter) in runs.items():
-        t, y, gap = _pair_track(run_dir, diameter, "y")
-        lead = ax_y.plot(t, 100 * y[0], lw=1.2, label=f"leading D={n}")[0]
-        ax_y.plot(t, 100 * y[1], lw=1.2, ls="--", color=lead.get_color(), label=f"trailing D={n}")
+        t, h, gap = _pair_track(run_dir, diameter, up)
+        lead = ax_h.plot(t, 100 * h[0], lw=1.2, label=f"leading D={n}")[0]
+        ax_h.plot(t, 100 * h[1], lw=1.2, ls="--", color=lead.get_color(), label=f"trailing D={n}")
         ax_gap.plot(t, gap, lw=1.2, color=lead.get_color(), label=f"D={n}")
         if "kiss_time_s" in diag:
             ax_gap.axvline(diag["kiss_time_s"], color=lead.get_color(), ls=":", lw=1)
-    ax_y.set_xlabel("t (s)")
-    ax_y.set_ylabel("height of the centre (cm)")
-    ax_y.legend(fontsize=7)
+    ax_h.set_xlabel("t (s)")
+    ax_h.set_ylabel("height of the centre (cm)")
+    ax_h.legend(fontsize=7)
     ax_gap.set_xlabel("t (s)")
     ax_gap.set_ylabel("gap / d")
     ax_gap.set_ylim(bottom=0.0)
