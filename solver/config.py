@@ -176,7 +176,7 @@ def from_dict(data: dict) -> RunConfig:
         if "coupling" in data
         else CouplingConfig()
     )
-    _check_coupling(name, case, coupling, fluid.dimension)
+    _check_coupling(name, case, coupling)
     return RunConfig(
         case=case,
         fluid=fluid,
@@ -202,9 +202,9 @@ def from_dict(data: dict) -> RunConfig:
     )
 
 
-def _check_coupling(name: str, case: Any, coupling: CouplingConfig, dimension: int) -> None:
+def _check_coupling(name: str, case: Any, coupling: CouplingConfig) -> None:
     """A case with bodies in the fluid needs a coupling method, and only such a case takes one:
-    a coupled case, or a fluid case with bodies in ``coupling.scene`` (3D lattices only)."""
+    a coupled case, or a fluid case with bodies in ``coupling.scene`` (disks on a 2D lattice)."""
     kind = getattr(case, "kind", "fluid")
     coupled = kind == "coupled"
     scene = coupling.scene is not None
@@ -222,11 +222,6 @@ def _check_coupling(name: str, case: Any, coupling: CouplingConfig, dimension: i
         raise ConfigError(
             "coupling.method", coupling.method, "psm when coupling.scene has bodies",
             hint="add coupling=psm",
-        )  # fmt: skip
-    if scene and dimension != 3:
-        raise ConfigError(
-            "fluid.lattice", f"{dimension}D", "a 3D lattice for bodies in the fluid",
-            hint="use fluid=d3q19 with a 3D case (duct, taylor_green)",
         )  # fmt: skip
     if coupling.enabled and not coupled and not scene:
         raise ConfigError(

@@ -223,3 +223,71 @@ def test_a_short_2d_dkt_run_writes_its_diagnostics(tmp_path):
     track = np.loadtxt(tmp_path / "bodies_track.csv", delimiter=",", skiprows=1)
     assert np.all(track[:, 5] == 0.0) and np.all(track[:, 8] == 0.0), "z position and velocity"
     assert np.all(track[:, 7] < 0.0), "settling along -y"
+
+
+# --- disks of coupling.scene in a 2D fluid case ------------------------------------------------
+# a periodic channel 1 m long and 1 m high (32 cells), driven by g = 8 nu u_max / H^2 = 0.8 m/s^2
+CHANNEL = ["case=poiseuille", "fluid=d2q9", "coupling=psm", "case.length=1.0"]
+NEUTRAL = "coupling.scene.materials.glass.density=1.0"  # the channel's fluid density
+CLUMP = (
+    "{shape: clump, material: glass, position: [0.5, 0.5, 0], spheres: "
+    "[{radius: 0.05, offset: [-0.05, 0, 0]}, {radius: 0.05, offset: [0.05, 0, 0]}]}"
+)
+
+
+def _disk(x: float, y: float, z: float = 0.0, extra: str = "") -> str:
+    return (f"coupling.scene.bodies=[{{shape: sphere, material: glass, radius: 0.1, "
+            f"position: [{x}, {y}, {z}]{extra}}}]")  # fmt: skip
+
+
+def test_disks_of_a_scene_join_a_2d_fluid_case():
+    case = build_coupled_case(compose_config([*CHANNEL, NEUTRAL, _disk(0.5, 0.5)]))
+    assert case.bodies.n_bodies == 1 and case.coupling.dimension == 2
+    assert case.info["wall_planes"] == 2  # the channel's walls; x is periodic
+    assert case.info["vertical_axis"] == 1 and case.info["disk_depth_m"] == 1.0
+    assert tuple(case.bodies.gravity) == (0.0, -9.81, 0.0)  # the default: down y in 2D
+    # a flat generator box places disks in the plane z = 0 of a closed cavity
+    generate = ("coupling.scene.generate={kind: random_spheres, material: glass, n: 12, "
+                "radius: 0.04, box_lower: [0.05, 0.3, 0], box_upper: [0.95, 0.95, 0]}")  # fmt: skip
+    case = build_coupled_case(compose_config(["case=cavity", "coupling=psm", generate]))
+    position = np.asarray(case.initial.position)
+    assert position.shape == (12, 3) and np.all(position[:, 2] == 0.0)
+    assert np.all((position[:, :2] > 0.05 + 0.04 - 1e-12) & (position[:, :2] < 0.95 - 0.04))
+
+
+@pytest.mark.parametrize(
+    ("overrides", "key"),
+    [
+        ([_disk(0.5, 0.5, z=0.01)], r"coupling.scene.bodies\[0\].position"),
+        ([_disk(0.5, 0.5, extra=", velocity: [0, 0, 0.1]")], r"bodies\[0\].velocity"),
+        ([_disk(0.5, 0.5, extra=", angular_velocity: [1, 0, 0]")], r"bodies\[0\].angular_vel"),
+        ([_disk(0.5, 0.5), "coupling.scene.gravity=[0,0,-9.81]"], "coupling.scene.gravity"),
+        ([_disk(0.5, 0.05)], r"coupling.scene.bodies\[0\].position"),  # through the wall
+        ([f"coupling.scene.bodies=[{CLUMP}]"], r"coupling.scene.bodies\[0\].shape"),
+    ],
+    ids=["z-position", "z-velocity", "x-spin", "z-gravity", "wall", "clump"],
+)
+def test_bad_scene_disks_are_config_errors_naming_the_key(overrides, key):
+    with pytest.raises(ConfigError, match=key) as err:
+        build_coupled_case(compose_config([*CHANNEL, *overrides]))
+    assert "\n" not in str(err.value)
+
+
+def test_a_neutrally_buoyant_disk_rides_the_channel_flow_on_its_centreline(tmp_path):
+    """40 steps (0.125 s) from rest: the fluid's core accelerates at g (the walls' diffusion
+    length sqrt(nu t) = 0.11 m has not reached it), and a disk of the fluid's density follows it,
+    lagging a little; on the centreline it stays there (the channel is symmetric about it)."""
+    result = run_solver(
+        [*CHANNEL, NEUTRAL, _disk(0.5, 0.5), "steps=40", "chunk=40", "output.png=false",
+         f"hydra.run.dir={tmp_path}"],
+        timeout=300,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    track = np.loadtxt(tmp_path / "bodies_track.csv", delimiter=",", skiprows=1)
+    t, y, z, vx, vz = track[-1, 1], track[-1, 4], track[-1, 5], track[-1, 6], track[-1, 8]
+    core = 0.8 * t  # m/s, g t
+    assert 0.5 * core < vx < 1.01 * core, (vx, core)
+    assert abs(y - 0.5) < 1e-5 and z == 0.0 and vz == 0.0
+    diag = json.loads((tmp_path / "run.json").read_text())["diagnostics"]
+    assert diag["mean_height_m"] == pytest.approx(0.5, abs=1e-5)  # along y in 2D
+    assert diag["outside_domain"] == 0

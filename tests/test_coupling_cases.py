@@ -167,8 +167,8 @@ def test_bodies_in_a_fluid_case_are_checked_against_its_walls():
     assert case.info["domain_upper_m"] == pytest.approx([0.005, 0.01, 0.01])
     with pytest.raises(ConfigError, match=r"coupling.scene.bodies\[0\].position"):
         build_coupled_case(compose_config([*DUCT, _duct_sphere(0.009)]))  # through the wall
-    with pytest.raises(ConfigError, match="fluid.lattice"):  # 2D: no bodies in the fluid
-        compose_config(["case=cavity", "coupling=psm", _duct_sphere(0.005)])
+    with pytest.raises(ConfigError, match=r"coupling.scene.bodies\[0\].position"):  # 2D: z = 0
+        build_coupled_case(compose_config(["case=cavity", "coupling=psm", _duct_sphere(0.005)]))
     with pytest.raises(ConfigError, match="coupling.scene"):  # a coupled case has its own
         compose_config(["case=dkt", "fluid=d3q19", "coupling=psm", _duct_sphere(0.005)])
     with pytest.raises(ConfigError, match="coupling.method"):

@@ -112,18 +112,24 @@ def random_spheres_in_box(
     radius: one value (m) or a (min, max) range drawn uniformly, placed largest first. Each sphere
     gets up to ``max_attempts`` trial centres; a ``ConfigError`` says how many were placed and
     the packing fraction reached when one cannot be placed. Spheres lie wholly inside the box.
+    A flat box (box_upper[2] == box_lower[2]) places the centres in that plane: disks for a 2D
+    fluid, spread in x and y (the packing fraction is then the disks' area fraction).
     """
     lower, upper = np.asarray(box_lower, dtype=float), np.asarray(box_upper, dtype=float)
     r_min, r_max = (radius, radius) if np.isscalar(radius) else (float(radius[0]), float(radius[1]))
     if not 0 < r_min <= r_max:
         raise ConfigError(f"{key_prefix}.radius", radius, "> 0, as (min, max) with min <= max")
-    if not np.all(upper - lower > 2 * r_max):
+    flat = upper[2] == lower[2]
+    spread = slice(0, 2) if flat else slice(0, 3)
+    if not np.all(upper[spread] - lower[spread] > 2 * r_max):
         raise ConfigError(
             f"{key_prefix}.box_upper",
             np.asarray(box_upper).tolist(),
-            f"more than one diameter ({2 * r_max:g} m) above box_lower on every axis",
+            f"more than one diameter ({2 * r_max:g} m) above box_lower on every axis"
+            " (or equal on z: disks in that plane)",
         )
     rng = np.random.default_rng(seed)
+    axes = np.array([1.0, 1.0, 0.0 if flat else 1.0])  # a flat box: centres on its plane
     radii = np.full(n, r_min) if r_min == r_max else np.sort(rng.uniform(r_min, r_max, n))[::-1]
     cell = 2.0 * r_max
     dims = np.ceil((upper - lower) / cell).astype(np.int64)
@@ -133,14 +139,18 @@ def random_spheres_in_box(
     centres = np.zeros((n, 3))
     for k, r in enumerate(radii):
         for _ in range(max_attempts):
-            x = rng.uniform(lower + r, upper - r)
+            x = rng.uniform(lower + r * axes, upper - r * axes)
             c = np.floor((x - lower) / cell).astype(np.int64) + 1
             near = grid[c[0] - 1 : c[0] + 2, c[1] - 1 : c[1] + 2, c[2] - 1 : c[2] + 2].ravel()
             near = near[near >= 0]
             if np.all(np.sum((centres[near] - x) ** 2, axis=1) >= (radii[near] + r) ** 2):
                 break
         else:
-            fraction = 4 / 3 * math.pi * np.sum(radii[:k] ** 3) / np.prod(upper - lower)
+            fraction = (
+                math.pi * np.sum(radii[:k] ** 2) / np.prod(upper[:2] - lower[:2])
+                if flat
+                else 4 / 3 * math.pi * np.sum(radii[:k] ** 3) / np.prod(upper - lower)
+            )
             raise ConfigError(
                 f"{key_prefix}.n",
                 n,

@@ -62,9 +62,11 @@ class CoupledCase:
 
 
 class SceneCase(CoupledCase):
-    """A scene of spheres in the fluid: how it ended (all bodies, at the end of the run)."""
+    """A scene of spheres in the fluid: how it ended (all bodies, at the end of the run).
+    Heights and settling velocities are along ``info["vertical_axis"]``: z, or y on a 2D grid."""
 
     def final(self, position: np.ndarray, velocity: np.ndarray, orientation: np.ndarray) -> dict:
+        up = int(self.info.get("vertical_axis", 2))
         centres = self.sphere_centres(position, orientation)
         radius = self.bodies.radius  # per sphere
         lower = np.asarray(self.info["domain_lower_m"])
@@ -72,9 +74,9 @@ class SceneCase(CoupledCase):
         inside = np.all((position >= lower) & (position <= upper), axis=1)
         speed = np.linalg.norm(velocity, axis=1)
         return {
-            "bed_height_m": float(np.max(centres[:, 2] + radius)),
-            "mean_height_m": float(np.mean(position[:, 2])),
-            "lowest_height_m": float(np.min(centres[:, 2] - radius)),
+            "bed_height_m": float(np.max(centres[:, up] + radius)),
+            "mean_height_m": float(np.mean(position[:, up])),
+            "lowest_height_m": float(np.min(centres[:, up] - radius)),
             "max_speed_final_m_s": float(speed.max()),
             "mean_speed_final_m_s": float(speed.mean()),
             "outside_domain": int(np.sum(~inside)),
@@ -83,7 +85,7 @@ class SceneCase(CoupledCase):
     def diagnostics(self, times: np.ndarray, track: np.ndarray, fluid: dict) -> dict:
         if track.size == 0:
             return {}
-        w = -track[:, :, 5]
+        w = -track[:, :, 3 + int(self.info.get("vertical_axis", 2))]
         return {"max_settling_velocity_tracked_m_s": float(w.max())}
 
 

@@ -24,15 +24,16 @@ PSM_WEIGHTINGS = ("noble_torczynski", "fraction")  # kernels.coupling.WEIGHTINGS
 @dataclass(frozen=True)
 class FluidSceneConfig:
     """Bodies added to a fluid case (``coupling.scene``): the scene keys of ``case=scene``
-    (file, materials, bodies, generate, extra_bodies), the gravity on them and the material of
-    the fluid's walls as contact planes (None: the first material)."""
+    (file, materials, bodies, generate, extra_bodies), the gravity on them (m/s^2; None: 9.81
+    down the grid's last axis, -z in 3D and -y in 2D) and the material of the fluid's walls as
+    contact planes (None: the first material)."""
 
     file: str | None
     materials: dict
     bodies: tuple
     generate: dict | None
     extra_bodies: tuple
-    gravity: tuple[float, float, float] = (0.0, 0.0, -9.81)
+    gravity: tuple[float, float, float] | None = None
     wall_material: str | None = None
 
 
@@ -50,7 +51,8 @@ def parse_fluid_scene(s: Section) -> FluidSceneConfig | None:
     wall = data.get("wall_material")
     if wall is not None and not isinstance(wall, str):
         raise ConfigError(s.key("wall_material"), wall, "null or the name of a material")
-    return FluidSceneConfig(**scene_source(s), gravity=s.point("gravity", 3), wall_material=wall)
+    gravity = None if data.get("gravity") is None else s.point("gravity", 3)
+    return FluidSceneConfig(**scene_source(s), gravity=gravity, wall_material=wall)
 
 
 @dataclass(frozen=True)

@@ -9,9 +9,14 @@ have no plane, and a sphere that leaves through them is counted in run.json
 (``outside_domain``) and crosses a periodic face in the fluid's eyes (its cover wraps), while its
 contacts stay within the domain.
 
+On a 2D lattice (D2Q9: poiseuille, cavity, cylinder) the scene's spheres are disks in the plane
+z = 0, cylinders of ``DISK_DEPTH`` (solver.coupling.box.planar_bodies), held in the plane; the
+default gravity is then 9.81 m/s^2 down y.
+
 Refused before anything is traced (one-line ConfigError naming ``coupling.scene.<key>``): a
 plane in the scene, a sphere or clump member not wholly inside the fluid's walls or over a
-solid node of the case (an obstacle), overlapping bodies, an unknown wall material.
+solid node of the case (an obstacle), overlapping bodies, an unknown wall material; on a 2D
+lattice a clump, a centre, velocity or gravity out of the plane, a spin about x or y.
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ import numpy as np
 
 from solver.bodies.packings import member_centres
 from solver.bodies.scene_case import scene_of
-from solver.coupling.box import couple, wall_faces, with_planes
+from solver.coupling.box import couple, plane_slab, wall_faces, with_planes
 from solver.coupling.case import SceneCase, scene_source_name
 from solver.errors import ConfigError
 from solver.fluid.cases import build_case
@@ -55,7 +60,7 @@ def check_clear_of_solid(
         return
     points = np.asarray(case.origin) + (nodes + 0.5) * case.units.dx
     for k, (c, r) in enumerate(zip(centres, radii, strict=True)):
-        if np.any(np.sum((points - c) ** 2, axis=1) < r * r):
+        if np.any(np.sum((points - c[: solid.ndim]) ** 2, axis=1) < r * r):
             i = k if owner is None else int(owner[k])
             raise ConfigError(
                 f"{PREFIX}.bodies[{i}].position", [float(v) for v in c],
@@ -63,21 +68,53 @@ def check_clear_of_solid(
             )  # fmt: skip
 
 
+def check_in_plane(scene, gravity: tuple[float, float, float]) -> None:
+    """ConfigError unless the scene's bodies are disks in the plane z = 0 of a 2D fluid: single
+    spheres centred at z = 0, moving in the plane and spinning about z only, under a gravity in
+    the plane (the step holds them there; it must not quietly drop a component)."""
+    if gravity[2] != 0.0:
+        raise ConfigError(
+            f"{PREFIX}.gravity", list(gravity), "[gx, gy, 0] on a 2D lattice (y up: [0, -9.81, 0])"
+        )
+    for i, body in enumerate(scene.bodies):
+        if body.shape != "sphere":
+            raise ConfigError(
+                f"{PREFIX}.bodies[{i}].shape", body.shape, "sphere (a disk) on a 2D lattice"
+            )
+        out_of_plane = {
+            "position": (abs(body.position[2]), "z = 0 (the plane of a 2D fluid)"),
+            "velocity": (abs(body.velocity[2]), "a z component 0 on a 2D lattice"),
+            "angular_velocity": (
+                np.abs(body.angular_velocity[:2]).max(),
+                "x and y components 0 on a 2D lattice (a disk spins about z)",
+            ),
+        }
+        for key, (size, allowed) in out_of_plane.items():
+            if size != 0.0:
+                value = [float(v) for v in getattr(body, key)]
+                raise ConfigError(f"{PREFIX}.bodies[{i}].{key}", value, allowed)
+
+
 def build_scene_in_fluid(config: RunConfig):
     """The CoupledCase of a fluid case with the bodies of ``coupling.scene``."""
     fluid_case = build_case(config)
     spec = config.coupling.scene
     scene = scene_of(spec, PREFIX)
+    planar = fluid_case.setup.lattice.d == 2
+    gravity = spec.gravity or ((0.0, -9.81, 0.0) if planar else (0.0, 0.0, -9.81))
     planes, lower, upper = wall_faces(fluid_case)
+    if planar:
+        check_in_plane(scene, gravity)
+        lower, upper = plane_slab(scene, lower, upper)
     full = with_planes(scene, planes, lower, upper, spec.wall_material, PREFIX)
     check_clear_of_solid(fluid_case, *member_centres(scene))
     units = fluid_case.units
     nu = (fluid_case.tau - 0.5) / 3.0 * units.dx**2 / units.dt  # the case's viscosity, m^2/s
     parts = couple(
-        config, fluid_case, full, tuple(spec.gravity), nu * units.rho0, lower, upper,
-        prefix=PREFIX,
-    )  # fmt: skip
+        config, fluid_case, full, tuple(gravity), nu * units.rho0, lower, upper, prefix=PREFIX
+    )
     return parts.case(
         SceneCase, fluid_case.name, None,
         source=scene_source_name(spec), wall_planes=len(planes),
+        **({"vertical_axis": 1} if planar else {}),
     )  # fmt: skip
