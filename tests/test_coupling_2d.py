@@ -276,18 +276,28 @@ def test_bad_scene_disks_are_config_errors_naming_the_key(overrides, key):
 def test_a_neutrally_buoyant_disk_rides_the_channel_flow_on_its_centreline(tmp_path):
     """40 steps (0.125 s) from rest: the fluid's core accelerates at g (the walls' diffusion
     length sqrt(nu t) = 0.11 m has not reached it), and a disk of the fluid's density follows it,
-    lagging a little; on the centreline it stays there (the channel is symmetric about it)."""
+    lagging a little; on the centreline it stays there (the channel is symmetric about it).
+    Two kinematic disks, mirrored about the centreline, keep their prescribed velocity exactly."""
+    free = "{shape: sphere, material: glass, radius: 0.1, position: [0.5, 0.5, 0]}"
+    pushed = ("{shape: sphere, material: glass, radius: 0.05, position: [0.2, %s, 0], "
+              "velocity: [0.05, 0, 0], kinematic: true}")  # fmt: skip
+    bodies = f"coupling.scene.bodies=[{free}, {pushed % 0.2}, {pushed % 0.8}]"
     result = run_solver(
-        [*CHANNEL, NEUTRAL, _disk(0.5, 0.5), "steps=40", "chunk=40", "output.png=false",
+        [*CHANNEL, NEUTRAL, bodies, "steps=40", "chunk=40", "output.png=false",
          f"hydra.run.dir={tmp_path}"],
         timeout=300,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     track = np.loadtxt(tmp_path / "bodies_track.csv", delimiter=",", skiprows=1)
-    t, y, z, vx, vz = track[-1, 1], track[-1, 4], track[-1, 5], track[-1, 6], track[-1, 8]
+    track = track.reshape(-1, 3, track.shape[1])  # (steps, body, column)
+    t, y, z, vx, vz = (track[-1, 0, k] for k in (1, 4, 5, 6, 8))
     core = 0.8 * t  # m/s, g t
     assert 0.5 * core < vx < 1.01 * core, (vx, core)
     assert abs(y - 0.5) < 1e-5 and z == 0.0 and vz == 0.0
+    kinematic = track[:, 1:]
+    assert np.allclose(kinematic[..., 6], 0.05, rtol=1e-6) and np.all(kinematic[..., 7:9] == 0.0)
+    # float32 positions: 40 x 34 body steps of 4.6e-6 m added to 0.2 m (ulp 1.5e-8): ~1e-5 m
+    assert np.allclose(kinematic[-1, :, 3], 0.2 + 0.05 * t, rtol=0.0, atol=3e-5)
+    assert np.all(kinematic[:, 0, 4] == kinematic[0, 0, 4])  # no drift across the channel
     diag = json.loads((tmp_path / "run.json").read_text())["diagnostics"]
-    assert diag["mean_height_m"] == pytest.approx(0.5, abs=1e-5)  # along y in 2D
     assert diag["outside_domain"] == 0
