@@ -29,6 +29,8 @@ from solver.coupling.step import PsmCoupling
 from solver.errors import ConfigError
 from solver.fluid.setup import FluidSetup
 from solver.fluid.step import SINGLE, initial_state, make_coupled_chunk, make_geometry
+from solver.twin.quarantine import read_quarantine
+from solver.twin.run import run_twin
 
 N = 24  # periodic box of N^2 cells
 RADIUS = 3.0  # cells
@@ -301,3 +303,37 @@ def test_a_neutrally_buoyant_disk_rides_the_channel_flow_on_its_centreline(tmp_p
     assert np.all(kinematic[:, 0, 4] == kinematic[0, 0, 4])  # no drift across the channel
     diag = json.loads((tmp_path / "run.json").read_text())["diagnostics"]
     assert diag["outside_domain"] == 0
+
+
+def test_a_pose_sensor_drives_a_kinematic_disk_and_out_of_plane_poses_are_quarantined(tmp_path):
+    """The body twin on a 2D grid: a kinematic disk follows its replayed pose sensor upstream
+    against the channel flow; the one reading off the plane (z = 0.01 m) is rejected into the
+    quarantine, not applied (the step would have held the disk in the plane silently)."""
+    dt = 1.0 / 32 * 0.1  # dx u_lattice / u_max
+    every = 5 * dt
+    push = -0.2  # m/s
+    lines = ["time,sensor,value,units"]
+    for k in range(1, 5):
+        t = every * k
+        z = 0.01 if k == 3 else 0.0
+        lines.append(f'{t:.8f},pusher,{0.5 + push * t:.8f};0.5;{z};1;0;0;0,"m,1"')
+    recording = tmp_path / "poses.csv"
+    recording.write_text("\n".join(lines) + "\n")
+    pusher = ("{shape: sphere, material: glass, radius: 0.1, position: [0.5, 0.5, 0], "
+              "kinematic: true}")  # fmt: skip
+    config = compose_config(
+        [*CHANNEL, NEUTRAL, f"coupling.scene.bodies=[{pusher}]", "twin=replay",
+         "twin.sensors=[{id: pusher, kind: body_pose, body: 0, units: 'm,1'}]",
+         f"twin.every={every}", f"twin.recording={recording}", "steps=20", "chunk=5",
+         "fluid.precision=float64",  # in-process, where this module's fixture turned x64 on
+         "output.every=20", "output.png=false", "checkpoint=none"]
+    )  # fmt: skip
+    summary = run_twin(config, tmp_path / "run", interactive=False).summary
+    assert summary["status"] == "completed"
+    assert summary["twin"]["pose_updates"] == 3 and summary["twin"]["rejected"] == 1
+    (record,) = read_quarantine(summary["twin"]["quarantine"])
+    assert record["reason"] == "out_of_range" and "2D grid" in record["detail"]
+    track = np.genfromtxt(tmp_path / "run" / "bodies_track.csv", delimiter=",", names=True)
+    assert track["vx"][-1] == pytest.approx(push, rel=1e-5)
+    assert np.all(track["z"] == 0.0) and np.all(track["vz"] == 0.0)
+    assert track["fx"][-1] > 0.0, "the fluid pushes back on the disk moving upstream"

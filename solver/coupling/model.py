@@ -154,6 +154,11 @@ class CoupledModel(FluidModel):
 
     # ------------------------------------------------------------------ the body twin
 
+    @property
+    def planar(self) -> bool:
+        """Disks held in the plane of a 2D grid (the body twin's pose check)."""
+        return self.coupled.coupling.dimension == 2
+
     def pose_frames(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(kinematic (n,), the scene's orientations (n, 4), the state's (n, 4)): the body
         twin's frames (solver.twin.bodies)."""

@@ -47,7 +47,8 @@ class BodyTwin:
     """
 
     def __init__(self, config: TwinConfig, kinematic: np.ndarray, given: np.ndarray,
-                 state_orientation: np.ndarray, dt: float, output_dir: Path) -> None:  # fmt: skip
+                 state_orientation: np.ndarray, dt: float, output_dir: Path,
+                 planar: bool = False) -> None:  # fmt: skip
         self.config = config
         self.dt = dt
         self.pose = {s.id: s.body for s in config.sensors.values() if s.kind == "body_pose"}
@@ -66,7 +67,7 @@ class BodyTwin:
         self._now = 0.0
         self.latest: dict[str, Observation] = {}
         validator = Validator(config.sensors, config.time_origin or 0.0, config.max_age,
-                              config.max_future)  # fmt: skip
+                              config.max_future, planar=planar)  # fmt: skip
         self.quarantine_path = Path(output_dir) / config.quarantine
         self.ingestor = Ingestor(validator, Quarantine(self.quarantine_path),
                                  config.max_message_bytes)  # fmt: skip
@@ -170,8 +171,9 @@ class BodyTwinHook:
             raise ConfigError("twin.health.port", self.config.health.port,
                               "null for a body twin (not yet)")  # fmt: skip
         kinematic, given, state_orientation = model.pose_frames()
+        planar = bool(getattr(model, "planar", False))  # disks of a 2D grid
         self.twin = BodyTwin(self.config, kinematic, given, state_orientation, model.dt,
-                             output_dir)  # fmt: skip
+                             output_dir, planar)  # fmt: skip
 
     def steps_until(self, step: int) -> int | None:
         return self.twin.steps_until(step)

@@ -49,6 +49,9 @@ class Validator:
     max_future: s, readings later than now + max_future are rejected (inf: never).
     stale_before: s (simulation time), readings before this are rejected as ``stale``: set by
         a skip ahead to the present, so the backlog it jumped over is quarantined, not lost.
+    planar: the bodies are disks of a 2D grid: a ``body_pose`` must lie in the plane (z = 0,
+        a turn about z only), else it is rejected as ``out_of_range`` (the step would hold the
+        disk in the plane and quietly drop the rest).
     last_time, recent: per sensor, the last accepted source time and the recent accepted
         (source time: value) pairs.
     """
@@ -58,6 +61,7 @@ class Validator:
     max_age: float = math.inf
     max_future: float = math.inf
     stale_before: float = -math.inf
+    planar: bool = False
     last_time: dict[str, float] = field(default_factory=dict)
     recent: dict[str, OrderedDict] = field(default_factory=dict)
     _limits: dict[str, tuple[list[float], list[float]]] = field(default_factory=dict)
@@ -112,6 +116,12 @@ class Validator:
             norm = math.sqrt(sum(q * q for q in value[3:]))
             if abs(norm - 1.0) > QUATERNION_TOLERANCE:
                 return reject("out_of_range", f"{sensor.id}: |quaternion| = {norm:.6g}, not 1")
+            if self.planar and (value[2] != 0.0 or max(abs(value[4]), abs(value[5])) > 0.0):
+                return reject(
+                    "out_of_range",
+                    f"{sensor.id}: z = {value[2]:.6g} m, quaternion x, y = {value[4]:.6g}, "
+                    f"{value[5]:.6g}: a disk of a 2D grid has z = 0 and turns about z only",
+                )
         source_time = reading.time
         time = source_time - self.time_origin
         if not math.isfinite(time):
