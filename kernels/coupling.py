@@ -31,6 +31,7 @@ in the global grid) inside ``shard_map``.
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Sequence
 
 import jax.numpy as jnp
@@ -385,8 +386,8 @@ def lubrication_coefficient(
     if depth is None:
         coefficient = 6.0 * jnp.pi * viscosity * radius_eff**2 * (1.0 / h - 1.0 / cutoff)
     else:
-        coefficient = (
-            3.0 * np.sqrt(2.0) * jnp.pi * viscosity * depth * radius_eff**1.5
+        coefficient = (  # a Python float: NumPy's float64 scalar would promote float32 under x64
+            3.0 * math.sqrt(2.0) * jnp.pi * viscosity * depth * radius_eff**1.5
             * (h**-1.5 - cutoff**-1.5)
         )  # fmt: skip
     return jnp.where(gap < cutoff, coefficient, 0.0)

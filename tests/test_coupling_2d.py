@@ -308,7 +308,9 @@ def test_a_neutrally_buoyant_disk_rides_the_channel_flow_on_its_centreline(tmp_p
 def test_a_pose_sensor_drives_a_kinematic_disk_and_out_of_plane_poses_are_quarantined(tmp_path):
     """The body twin on a 2D grid: a kinematic disk follows its replayed pose sensor upstream
     against the channel flow; the one reading off the plane (z = 0.01 m) is rejected into the
-    quarantine, not applied (the step would have held the disk in the plane silently)."""
+    quarantine, not applied (the step would have held the disk in the plane silently). The run
+    is float32 in a process where this module's fixture turned x64 on: no float64 constant may
+    leak into the coupled step (the 2D lubrication law's NumPy sqrt once did)."""
     dt = 1.0 / 32 * 0.1  # dx u_lattice / u_max
     every = 5 * dt
     push = -0.2  # m/s
@@ -325,7 +327,6 @@ def test_a_pose_sensor_drives_a_kinematic_disk_and_out_of_plane_poses_are_quaran
         [*CHANNEL, NEUTRAL, f"coupling.scene.bodies=[{pusher}]", "twin=replay",
          "twin.sensors=[{id: pusher, kind: body_pose, body: 0, units: 'm,1'}]",
          f"twin.every={every}", f"twin.recording={recording}", "steps=20", "chunk=5",
-         "fluid.precision=float64",  # in-process, where this module's fixture turned x64 on
          "output.every=20", "output.png=false", "checkpoint=none"]
     )  # fmt: skip
     summary = run_twin(config, tmp_path / "run", interactive=False).summary
