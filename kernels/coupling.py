@@ -195,20 +195,29 @@ def torque_2d(r: Sequence[Array], force: Sequence[Array]) -> Array:
 
 
 def local_flat_index(
-    cells: Array, origin: Sequence[Array | int], block: Sequence[int], grid: Sequence[int]
+    cells: Array,
+    origin: Sequence[Array | int],
+    block: Sequence[int],
+    grid: Sequence[int],
+    periodic: Sequence[bool] | None = None,
 ) -> Array:
     """Flat index of each global cell in this block, or the block size where it lies outside.
 
     Args:
-        cells: (..., d) global cell indices (may lie outside the grid: wrapped periodically).
+        cells: (..., d) global cell indices (may lie outside the grid: wrapped periodically
+            along the periodic axes, outside along the others).
         origin: d global indices of the block's first cell.
         block: the block's shape; grid: the global grid's shape.
+        periodic: per axis, whether the grid wraps (None: every axis). An axis with an inlet
+            or outlet does not: a body leaving through it must not reappear at the other end.
     """
     d = len(block)
+    periodic = (True,) * d if periodic is None else tuple(periodic)
     flat = jnp.zeros(cells.shape[:-1], jnp.int32)
     inside = jnp.ones(cells.shape[:-1], bool)
     for a in range(d):
-        local = jnp.mod(cells[..., a], grid[a]) - origin[a]
+        index = jnp.mod(cells[..., a], grid[a]) if periodic[a] else cells[..., a]
+        local = index - origin[a]
         inside = inside & (local >= 0) & (local < block[a])
         flat = flat * block[a] + local
     size = int(np.prod(block))

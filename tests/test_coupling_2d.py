@@ -357,3 +357,23 @@ def test_a_divergence_driven_by_fast_bodies_names_them_and_the_remedy(tmp_path):
     assert "look safe" not in result.stderr
     divergence = json.loads((tmp_path / "run.json").read_text())["divergence"]
     assert divergence["body_mach"] > 0.3
+
+
+def test_a_disk_leaving_through_the_outlet_is_gone_from_the_fluid_and_counted(tmp_path):
+    """A disk carried out of the Schaefer-Turek channel: once past the outlet (x = 2.2 m) it
+    covers no cell (the cover wraps across periodic faces only, not to the inlet), so its
+    hydrodynamic force is exactly 0; run.json counts it outside the domain."""
+    disk = ("{shape: sphere, material: glass, radius: 0.02, position: [2.12, 0.2, 0.0], "
+            "velocity: [1.0, 0, 0]}")  # fmt: skip
+    result = run_solver(
+        ["case=cylinder", "fluid=d2q9", "fluid.collision=bgk", "coupling=psm",
+         "case.resolution=10", "case.duration=0.15", NEUTRAL, f"coupling.scene.bodies=[{disk}]",
+         "output.png=false", "checkpoint=none", f"hydra.run.dir={tmp_path}"],
+        timeout=300,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    track = np.genfromtxt(tmp_path / "bodies_track.csv", delimiter=",", names=True)
+    gone = track["x"] - 0.02 > 2.2 + 0.01  # wholly past the outlet, a cell to spare
+    assert gone.sum() > 10 and np.any(track["fx"][~gone] != 0.0)
+    assert np.all(track["fx"][gone] == 0.0) and np.all(track["fy"][gone] == 0.0)
+    assert json.loads((tmp_path / "run.json").read_text())["diagnostics"]["outside_domain"] == 1

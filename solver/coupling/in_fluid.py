@@ -6,8 +6,8 @@ move in it by PSM. Contact planes: each face of the grid whose outer node layer 
 throughout (a wall of the case) is a plane half-way between that layer and the first fluid
 node, as the fluid's half-way bounce-back sees it; faces without such a layer (periodic, open)
 have no plane, and a sphere that leaves through them is counted in run.json
-(``outside_domain``) and crosses a periodic face in the fluid's eyes (its cover wraps), while its
-contacts stay within the domain.
+(``outside_domain``): it crosses a periodic face in the fluid's eyes (its cover wraps), while its
+contacts stay within the domain, and leaves the fluid through an inlet or outlet (no wrap).
 
 On a 2D lattice (D2Q9: poiseuille, cavity, cylinder) the scene's spheres are disks in the plane
 z = 0, cylinders of ``DISK_DEPTH`` (solver.coupling.box.planar_bodies), held in the plane; the

@@ -233,6 +233,10 @@ class PsmCoupling:
         offsets = jnp.asarray(offsets)
         radius = self.radius_cells
         d = lat.d
+        # the cover wraps across periodic faces, not across an inlet's or outlet's: a body
+        # that left through one is gone from the fluid (counted in run.json, outside_domain)
+        open_axes = {boundary.axis for boundary in setup.open_boundaries}
+        periodic = tuple(a not in open_axes for a in range(d))
         width = d + 1  # the summed cover per cell: eps and eps u_s
         origin = np.asarray(self.origin)[:d]
         velocity_scale = self.dt / self.dx
@@ -267,7 +271,7 @@ class PsmCoupling:
                 spin = psm.spin_2d(w[:, None], rel)
             else:
                 spin = psm.cross([w[:, None, a] for a in range(3)], rel)
-            flat = psm.local_flat_index(cells, halo.origin(block), block, setup.shape)
+            flat = psm.local_flat_index(cells, halo.origin(block), block, setup.shape, periodic)
             cover = jnp.stack([eps] + [eps * (v[:, None, a] + spin[a]) for a in range(d)], -1)
             eps, rel, flat, cover = materialised((eps, rel, flat, cover), time)
             force = body_force_at(setup, time)
