@@ -57,8 +57,8 @@ RANGE_2D2 = {"cd_max": (3.22, 3.24), "cl_max": (0.99, 1.01), "strouhal": (0.295,
 # this unsteady wake (3.274 / 3.262 at 30 / 40 cells), BGK gives 3.2443 / 3.2451 / 3.2459 at
 # 30 / 40 / 60 cells (stop 32: Cl_max 0.9585 / 0.979 / 0.994, St 0.3030 / 0.3028 / 0.3026; 60
 # cells 1229-1382 s here). u_lattice 0.05 is the best of 0.025-0.1 at 40 cells (Cd_max 3.260 /
-# 3.245 / 3.329 / 3.355 at 0.025 / 0.05 / 0.075 / 0.1; at 60 cells 0.025 gives 3.260, tau
-# 0.53 as at 40 cells: the peak follows tau, docs/validation.md). Below 20 cells per
+# 3.245 / 3.329 / 3.355 at 0.025 / 0.05 / 0.075 / 0.1; at 60 cells 0.025 gives 3.260 as at
+# 40: the peak follows u_lattice, not the grid or tau, docs/validation.md). Below 20 cells per
 # diameter at u_lattice 0.1, tau < 0.535 and TRT diverges at the inlet corners (res 10: tau =
 # 0.52 at step 6000): the fast run stays TRT.
 SERIES_2D2 = {
