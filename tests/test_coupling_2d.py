@@ -363,11 +363,11 @@ def test_a_disk_leaving_through_the_outlet_is_gone_from_the_fluid_and_counted(tm
     """A disk carried out of the Schaefer-Turek channel: once past the outlet (x = 2.2 m) it
     covers no cell (the cover wraps across periodic faces only, not to the inlet), so its
     hydrodynamic force is exactly 0; run.json counts it outside the domain."""
-    disk = ("{shape: sphere, material: glass, radius: 0.02, position: [2.12, 0.2, 0.0], "
+    disk = ("{shape: sphere, material: glass, radius: 0.02, position: [2.16, 0.2, 0.0], "
             "velocity: [1.0, 0, 0]}")  # fmt: skip
     result = run_solver(
         ["case=cylinder", "fluid=d2q9", "fluid.collision=bgk", "coupling=psm",
-         "case.resolution=10", "case.duration=0.15", NEUTRAL, f"coupling.scene.bodies=[{disk}]",
+         "case.resolution=10", "case.duration=0.08", NEUTRAL, f"coupling.scene.bodies=[{disk}]",
          "output.png=false", "checkpoint=none", f"hydra.run.dir={tmp_path}"],
         timeout=300,
     )  # fmt: skip
