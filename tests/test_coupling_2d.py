@@ -266,8 +266,11 @@ def test_disks_of_a_scene_join_a_2d_fluid_case():
         ([_disk(0.5, 0.5), "coupling.scene.gravity=[0,0,-9.81]"], "coupling.scene.gravity"),
         ([_disk(0.5, 0.05)], r"coupling.scene.bodies\[0\].position"),  # through the wall
         ([f"coupling.scene.bodies=[{CLUMP}]"], r"coupling.scene.bodies\[0\].shape"),
+        # faster than lattice Mach 0.3 (1.73 m/s here): at its speed, or at its rim
+        ([_disk(0.5, 0.5, extra=", velocity: [10, 0, 0]")], r"bodies\[0\].velocity.*1.732 m/s"),
+        ([_disk(0.5, 0.5, extra=", angular_velocity: [0, 0, 100]")], r"angular_velocity.*10 m/s"),
     ],
-    ids=["z-position", "z-velocity", "x-spin", "z-gravity", "wall", "clump"],
+    ids=["z-position", "z-velocity", "x-spin", "z-gravity", "wall", "clump", "fast", "spin"],
 )
 def test_bad_scene_disks_are_config_errors_naming_the_key(overrides, key):
     with pytest.raises(ConfigError, match=key) as err:

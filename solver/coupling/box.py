@@ -38,6 +38,7 @@ from solver.coupling.config import CouplingConfig
 from solver.coupling.step import PsmCoupling
 from solver.errors import ConfigError
 from solver.fluid.cases.base import Case, fluid_setup, lattice_scales
+from solver.fluid.config import MAX_MACH
 
 if TYPE_CHECKING:
     from solver.config import RunConfig
@@ -360,6 +361,28 @@ def planar_bodies(initial: Bodies, radius: np.ndarray, depth: float) -> tuple[Bo
     return bodies, mass
 
 
+def check_body_speeds(scene: Scene, dx: float, dt: float, prefix: str = "case") -> None:
+    """ConfigError for the first body whose given motion is faster than the lattice carries:
+    its speed plus its spin times its reach (the fastest point of its surface) above lattice
+    Mach MAX_MACH at this grid and time step (the coupled step would diverge or be wrong by
+    the compressibility error)."""
+    limit = MAX_MACH / math.sqrt(3.0) * dx / dt  # m/s
+    # the fluid's walls, added as planes, are not in the user's list of bodies
+    bodies = [body for body in scene.bodies if body.shape != "plane"]
+    for i, body in enumerate(bodies):
+        reach = max(float(np.linalg.norm(offset)) + r for r, offset in body.members())
+        speed = float(np.linalg.norm(body.velocity))
+        fastest = speed + float(np.linalg.norm(body.angular_velocity)) * reach
+        if fastest > limit:
+            key = "velocity" if speed > 0.5 * fastest else "angular_velocity"
+            raise ConfigError(
+                f"{prefix}.bodies[{i}].{key}", [float(v) for v in getattr(body, key)],
+                f"a surface speed <= {limit:.4g} m/s (lattice Mach {MAX_MACH} at dx = {dx:.3g} m,"
+                f" dt = {dt:.3g} s; this body's is {fastest:.4g} m/s)",
+                hint="lower fluid.u_lattice for a shorter time step",
+            )  # fmt: skip
+
+
 def couple(
     config: RunConfig,
     fluid_case: Case,
@@ -382,6 +405,7 @@ def couple(
     dx = units.dx
     dimension = fluid_case.setup.lattice.d
     check_overlaps(scene, key_prefix=prefix)
+    check_body_speeds(scene, dx, units.dt, prefix)
     arrays, _ = scene.arrays()
     if dimension == 2 and len(arrays.member_radius) != len(arrays.mass):
         raise ConfigError(f"{prefix}.bodies", "clump", "spheres (disks) on a 2D lattice")
