@@ -34,6 +34,7 @@ from solver.distributed.bodies import in_fluid
 from solver.distributed.bodies.in_fluid import owned_chunk
 from solver.distributed.runtime import Runtime
 from solver.errors import BodyOverflowError, ConfigError
+from solver.fluid.config import MAX_MACH
 from solver.fluid.inplace_step import require_native
 from solver.fluid.model import OUTPUTS_PER_RUN, FluidModel, _replicated
 from solver.fluid.step import FluidState
@@ -42,8 +43,8 @@ from solver.output.bodies import BodyWriter
 
 log = logging.getLogger("solver")
 # a body faster than this lattice Mach number (|v| dt / dx sqrt(3)) is named first when the run
-# diverges: the lattice's compressibility error grows as Ma^2 and LBM goes unstable near Ma ~ 0.5
-BODY_MACH = 0.3
+# diverges: the limit the configuration holds the fluid's own velocity scale to
+BODY_MACH = MAX_MACH
 
 
 @jax.tree_util.register_dataclass
