@@ -11,12 +11,12 @@ MPI process never evaluates a field's whole grid.
 from __future__ import annotations
 
 import itertools
-import json
 
 import numpy as np
 import pytest
 
 from solver.api import compose_config
+from solver.bench.setup_memory import result_records
 from solver.fluid import grid_field
 from solver.fluid.cases import build_case
 from solver.fluid.grid_field import GridField, any_cells, linked_directions
@@ -159,14 +159,8 @@ def _setup_worker_records(overrides: list[str]) -> list[dict]:
             "output.fields=false", "output.png=false"]  # fmt: skip
     result = mpirun(2, args, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
-    # raw_decode: the other rank's library messages may land on the end of a RESULT line
-    decoder = json.JSONDecoder()
-    records = [
-        decoder.raw_decode(line[line.index("RESULT ") + 7 :])[0]
-        for line in result.stdout.splitlines()
-        if "RESULT " in line
-    ]
-    assert sorted(r["rank"] for r in records) == [0, 1]
+    records = result_records(result.stdout)
+    assert sorted(r["rank"] for r in records) == [0, 1], result.stdout[-3000:]
     return records
 
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -135,13 +136,18 @@ def _mpirun(processes: int, args: list[str], whole: bool) -> subprocess.Complete
     return subprocess.run(command, env=env, capture_output=True, text=True)
 
 
-def _records(stdout: str) -> list[dict]:
+def result_records(stdout: str) -> list[dict]:
+    """Every ``RESULT {json}`` record in the ranks' merged output. mpirun forwards each rank's
+    output on its own, so a record may follow another rank's unterminated message or another
+    record on the same line: every occurrence is decoded, not only the first of a line."""
     decoder = json.JSONDecoder()
-    return [
-        decoder.raw_decode(line[line.index("RESULT ") + len("RESULT ") :])[0]
-        for line in stdout.splitlines()
-        if "RESULT " in line
-    ]
+    records = []
+    for match in re.finditer("RESULT ", stdout):
+        try:
+            records.append(decoder.raw_decode(stdout, match.end())[0])
+        except json.JSONDecodeError:
+            continue  # a marker inside a message, not a record
+    return records
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -175,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
                      "domain.halo=mpi", "output.fields=false", "output.png=false",
                      *args.overrides]  # fmt: skip
         result = _mpirun(args.processes, overrides, args.whole)
-        records = sorted(_records(result.stdout), key=lambda r: r["rank"])
+        records = sorted(result_records(result.stdout), key=lambda r: r["rank"])
         if result.returncode != 0 or len(records) != args.processes:
             print(f"size {size}: failed (exit {result.returncode})\n{result.stderr[-2000:]}")
             status = 1
