@@ -39,6 +39,7 @@ from solver.coupling.step import PsmCoupling
 from solver.errors import ConfigError
 from solver.fluid.cases.base import Case, fluid_setup, lattice_scales
 from solver.fluid.config import MAX_MACH
+from solver.fluid.units import mach
 
 if TYPE_CHECKING:
     from solver.config import RunConfig
@@ -366,14 +367,14 @@ def check_body_speeds(scene: Scene, dx: float, dt: float, prefix: str = "case") 
     its speed plus its spin times its reach (the fastest point of its surface) above lattice
     Mach MAX_MACH at this grid and time step (the coupled step would diverge or be wrong by
     the compressibility error)."""
-    limit = MAX_MACH / math.sqrt(3.0) * dx / dt  # m/s
+    limit = MAX_MACH / mach(1.0) * dx / dt  # m/s
     # the fluid's walls, added as planes, are not in the user's list of bodies
     bodies = [body for body in scene.bodies if body.shape != "plane"]
     for i, body in enumerate(bodies):
         reach = max(float(np.linalg.norm(offset)) + r for r, offset in body.members())
         speed = float(np.linalg.norm(body.velocity))
         fastest = speed + float(np.linalg.norm(body.angular_velocity)) * reach
-        if fastest > limit:
+        if mach(fastest * dt / dx) > MAX_MACH:
             key = "velocity" if speed > 0.5 * fastest else "angular_velocity"
             raise ConfigError(
                 f"{prefix}.bodies[{i}].{key}", [float(v) for v in getattr(body, key)],

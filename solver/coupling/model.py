@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -38,13 +37,11 @@ from solver.fluid.config import MAX_MACH
 from solver.fluid.inplace_step import require_native
 from solver.fluid.model import OUTPUTS_PER_RUN, FluidModel, _replicated
 from solver.fluid.step import FluidState
+from solver.fluid.units import mach
 from solver.model import OutputSchedule, Problem
 from solver.output.bodies import BodyWriter
 
 log = logging.getLogger("solver")
-# a body faster than this lattice Mach number (|v| dt / dx sqrt(3)) is named first when the run
-# diverges: the limit the configuration holds the fluid's own velocity scale to
-BODY_MACH = MAX_MACH
 
 
 @jax.tree_util.register_dataclass
@@ -252,16 +249,17 @@ class CoupledModel(FluidModel):
 
     def _with_body_speed(self, problem: Problem, state: CoupledState) -> Problem:
         """A divergence whose likely cause is a body faster than the lattice carries (its
-        speed in lattice units times sqrt(3) above BODY_MACH): said first, with the remedy."""
+        lattice Mach number above MAX_MACH, the limit the configuration holds the fluid's own
+        velocity scale to): said first, with the remedy."""
         speed = np.linalg.norm(np.asarray(self.bodies(state).velocity, dtype=float), axis=1)
         if speed.size == 0 or not np.isfinite(speed).any():
             return problem
         fastest = float(np.nanmax(speed))
-        mach = fastest * self.units.dt / self.units.dx * math.sqrt(3.0)
-        if mach <= BODY_MACH:
+        body_mach = mach(fastest * self.units.dt / self.units.dx)
+        if body_mach <= MAX_MACH:
             return problem
         cause = (
-            f"a body moves at {fastest:.3g} m/s, lattice Mach {mach:.2f} (the grid's Mach "
+            f"a body moves at {fastest:.3g} m/s, lattice Mach {body_mach:.2f} (the grid's Mach "
             f"{self.case.mach:.3f} is for the case's own velocity scale): lower fluid.u_lattice "
             "(a shorter time step) or slow the bodies (density, gravity)"
         )
@@ -272,7 +270,7 @@ class CoupledModel(FluidModel):
         both = cause if "look safe" in fluid_cause else f"{cause}; {fluid_cause}"
         message = problem.message.replace(f"likely cause: {fluid_cause}", f"likely cause: {both}")
         if found:
-            details["divergence"] = {**found, "body_mach": mach, "likely_cause": both}
+            details["divergence"] = {**found, "body_mach": body_mach, "likely_cause": both}
         return dataclasses.replace(problem, message=message, details=details)
 
     def record(self, first: int, n: int, state, report: Array) -> None:
