@@ -58,17 +58,22 @@ def test_gpu_check_probe_is_a_real_loop():
     assert datasheet("NVIDIA H200") == 4.8e12 and datasheet("cpu") is None
 
 
-@pytest.mark.parametrize("bodies", ["replicated", "owned"])
-def test_coupled_bench_rows_for_both_ways_of_holding_bodies(tmp_path, bodies):
-    """``python -m solver.bench coupled``: a row per count, the bodies held as asked, finite
-    figures (the fluid-only row is the 100 % reference)."""
+@pytest.mark.parametrize(
+    ("bodies", "kernels"), [("replicated", ["xla", "native"]), ("owned", ["xla"])]
+)
+def test_coupled_bench_rows_for_both_ways_of_holding_bodies(tmp_path, bodies, kernels):
+    """``python -m solver.bench coupled``: a row per kernel and count, the bodies held as
+    asked, finite figures (each kernel's fluid-only row is its 100 % reference)."""
     out = tmp_path / "coupled.json"
     cmd = [sys.executable, "-m", "solver.bench", "coupled", "--edge", "24", "--counts", "0,8",
-           "--steps", "4", "--repeats", "1", "--bodies", bodies, "--json", str(out)]  # fmt: skip
+           "--steps", "4", "--repeats", "1", "--bodies", bodies, "--kernels", ",".join(kernels),
+           "--json", str(out)]  # fmt: skip
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     rows = json.loads(out.read_text())["rows"]
-    assert [(r["spheres"], r["bodies"]) for r in rows] == [(0, bodies), (8, bodies)]
-    assert rows[0]["fraction_of_fluid"] == 1.0
-    assert rows[1]["fraction_of_fluid"] > 0.0 and rows[1]["mlups"] > 0
-    assert rows[1]["solid_fraction"] > 0
+    expected = [(k, n, bodies) for k in kernels for n in (0, 8)]
+    assert [(r["kernel"], r["spheres"], r["bodies"]) for r in rows] == expected
+    for reference, coupled in zip(rows[::2], rows[1::2], strict=True):
+        assert reference["fraction_of_fluid"] == 1.0
+        assert coupled["fraction_of_fluid"] > 0.0 and coupled["mlups"] > 0
+        assert coupled["solid_fraction"] > 0

@@ -225,7 +225,11 @@ def test_unsupported_set_ups_are_config_errors():
             parse_fluid(fluid(**bad))
     setup = _setup("D2Q9", (12, 10))
     require_native(setup)  # fine on one device
-    for kwargs, words in (({"shards": 2}, "mesh of 2"), ({"coupled": True}, "bodies")):
+    require_native(setup, coupled=True)  # bodies in the fluid: one device, replicated
+    for kwargs, words in (
+        ({"shards": 2}, "mesh of 2"),
+        ({"coupled": True, "owned": True}, "bodies"),
+    ):
         with pytest.raises(ConfigError, match=words):
             require_native(setup, **kwargs)
     inlet = OpenBoundary(axis=0, side="low", kind="velocity", velocity=np.zeros((2, 10)))

@@ -38,6 +38,7 @@
 #include <type_traits>
 #include <string>
 #include <utility>
+#include <vector>
 
 #if defined(__F16C__)
 #include <immintrin.h>
@@ -308,9 +309,18 @@ __attribute__((always_inline)) inline void cells8(uint16_t* A, idx n, uint16_t* 
 }
 #endif
 
+// What a sweep does around each row besides the cells' collision: nothing for the fluid alone;
+// bodies in the fluid (lb_psm.inc) collide the row's covered cells before it and write them
+// over it after, while the row's populations are in the cache.
+struct NoRowHook {
+  __attribute__((always_inline)) void before(idx, idx) const {}
+  __attribute__((always_inline)) void after(idx, idx) const {}
+};
+
 // One sweep (an even or an odd step) over the grid, every node alike.
-template <class L, class S, class T, bool ODD, bool FORCE, bool LES>
-void sweep(S* A, const Grid& g, const T* F, Rates<T> r, S* G = nullptr) {
+template <class L, class S, class T, bool ODD, bool FORCE, bool LES, class Hook = NoRowHook>
+void sweep(S* A, const Grid& g, const T* F, Rates<T> r, S* G = nullptr,
+           const Hook& hook = Hook{}) {
   using C = Codec<S, T>;
   constexpr int Q = L::Q;
   const idx n = g.n, nz = g.nz;
@@ -325,6 +335,7 @@ void sweep(S* A, const Grid& g, const T* F, Rates<T> r, S* G = nullptr) {
         rp[k] = g.at<L>(A, G, k, x + L::c[k][0], y + L::c[k][1]);
       }
       const idx r0 = g.row(x, y);
+      hook.before(x, y);
       // one cell; WRAP: z at an end of the row (periodic index), else plain offsets that the
       // vectoriser sees as contiguous
       auto cell = [&](idx z, auto wrap) __attribute__((always_inline)) {
@@ -363,6 +374,7 @@ void sweep(S* A, const Grid& g, const T* F, Rates<T> r, S* G = nullptr) {
 #pragma omp simd
       for (idx zz = z; zz < nz - 1; ++zz) cell(zz, no{});
       if (nz > 1) cell(nz - 1, yes{});
+      hook.after(x, y);
     }
   }
 }
@@ -705,6 +717,8 @@ ffi::Error chunk_impl(ffi::AnyBuffer populations, ffi::AnyBuffer solid, ffi::Any
   return ffi::Error::Success();
 }
 
+#include "lb_psm.inc"  // bodies in the fluid (PSM) on this kernel
+
 }  // namespace
 
 // One handler per lattice and compute type. Arguments: populations (q, *shape) [aliased to the
@@ -756,6 +770,29 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(LbPhase, (phase_impl<LB_LATTICE, LB_STORAGE, LB_TY
                                   .Attr<int64_t>("force")
                                   .Attr<double>("les_scale")
                                   .Attr<double>("trt_magic"));
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(LbPsmStep, (psm_impl<LB_LATTICE, LB_STORAGE, LB_TYPE>),
+                              ffi::Ffi::Bind()
+                                  .Arg<ffi::AnyBuffer>()  // populations (q, *shape)
+                                  .Arg<ffi::AnyBuffer>()  // solid (*shape)
+                                  .Arg<ffi::AnyBuffer>()  // wall links (links, 2) int64
+                                  .Arg<ffi::AnyBuffer>()  // their Ladd terms
+                                  .Arg<ffi::AnyBuffer>()  // this step's body force (3,)
+                                  .Arg<ffi::AnyBuffer>()  // stencil entries' cells (E,) int32
+                                  .Arg<ffi::AnyBuffer>()  // their cover rows (E, d + 1)
+                                  .Ret<ffi::AnyBuffer>()  // populations
+                                  .Ret<ffi::AnyBuffer>()  // per entry: moments, cover (E, 2 (d + 1))
+                                  .Ret<ffi::AnyBuffer>()  // scratch: post (E, q)
+                                  .Ret<ffi::AnyBuffer>()  // scratch: owner (E,) int32
+                                  .Attr<int64_t>("phase")
+                                  .Attr<double>("omega_plus")
+                                  .Attr<double>("omega_minus")
+                                  .Attr<int64_t>("walls")
+                                  .Attr<int64_t>("force")
+                                  .Attr<double>("les_scale")
+                                  .Attr<double>("trt_magic")
+                                  .Attr<double>("tau")
+                                  .Attr<int64_t>("fraction"));
 
 // The lattice tables the library was built with, for the check against kernels/lattices.py:
 // writes q rows of (cx, cy, cz, opposite) and the q weights; returns q (0 for an unknown name).

@@ -2,7 +2,7 @@
 
     python -m solver.bench coupled [--edge 128] [--counts 0,100,1000,10000] [--radius 2]
                                    [--steps 100] [--repeats 3] [--bodies replicated|owned]
-                                   [--json PATH]
+                                   [--kernels xla,native] [--json PATH]
 
 A periodic box of edge^3 cells, D3Q19 TRT, float32, with n spheres of ``radius`` cells at rest
 on a jittered simple-cubic lattice (no contacts, no gravity, one body step per fluid step; the
@@ -24,7 +24,9 @@ so the Verlet pair table (skin 1 cell) is not rebuilt after the first step: the 
 rebuilds; a rebuild costs about a body step more (the cell list and the 27-cell search).
 ``--bodies owned`` times the bodies as ``coupling.bodies=owned`` holds them (on this one device:
 the slots, ghost buffers and per-step cell lists of the owned path, no messages), against the
-same fluid-only chunk.
+same fluid-only chunk. ``--kernels`` times every count on each fluid kernel (``fluid.kernel``:
+the XLA step, or the native in-place kernel with the PSM collision on the covered cells,
+solver/coupling/native.py), each against its own fluid-only chunk, all in the same rounds.
 """
 
 from __future__ import annotations
@@ -48,11 +50,13 @@ from kernels.neighbor_search import CellGrid
 from kernels.rigid_body import Bodies
 from solver.bench.fluid import initial_fields, measure_copy
 from solver.bodies import step as body_step
+from solver.coupling.native import make_native_coupled_chunk
 from solver.coupling.step import PsmCoupling
 from solver.distributed.bodies import in_fluid
 from solver.distributed.distribution import distribute
 from solver.distributed.runtime import start as start_runtime
 from solver.fluid import step as fluid_step
+from solver.fluid.inplace_step import make_inplace_chunk
 from solver.fluid.setup import FluidSetup
 
 TAU = 0.6
@@ -60,6 +64,7 @@ TAU = 0.6
 
 @dataclass(frozen=True)
 class CoupledBenchRow:
+    kernel: str  # fluid.kernel: "xla" or "native"
     spheres: int
     bodies: str  # "replicated" or "owned" (coupling.bodies)
     radius_cells: float
@@ -94,10 +99,12 @@ def sphere_sites(count: int, edge: int, radius: float, seed: int = 0) -> np.ndar
     return sites + rng.uniform(-free, free, sites.shape)
 
 
-def build(edge: int, count: int, radius: float, owned: bool = False):
+def build(edge: int, count: int, radius: float, owned: bool = False, kernel: str = "xla"):
     """(setup, coupling or None, state, geometry, coupled bodies or None); ``owned``: the
-    coupling with a one-shard layout of ``coupling.bodies=owned``."""
-    setup = FluidSetup(lattice=D3Q19, shape=(edge,) * 3, omega=1.0 / TAU, collision="trt")
+    coupling with a one-shard layout of ``coupling.bodies=owned``; ``kernel``: fluid.kernel."""
+    setup = FluidSetup(
+        lattice=D3Q19, shape=(edge,) * 3, omega=1.0 / TAU, collision="trt", kernel=kernel
+    )
     density, velocity = initial_fields(setup)
     state = fluid_step.initial_state(setup, density, velocity)
     geometry = fluid_step.make_geometry(setup)
@@ -140,13 +147,18 @@ class Timed:
     """One count's jitted chunk and its carry, compiled and warmed up: ``once()`` times one
     chunk of ``steps`` steps (seconds)."""
 
-    def __init__(self, edge: int, count: int, radius: float, steps: int, owned: bool = False):
-        setup, coupling, state, geometry, extra = build(edge, count, radius, owned)
+    def __init__(
+        self, edge: int, count: int, radius: float, steps: int, owned: bool = False,
+        kernel: str = "xla",
+    ):  # fmt: skip
+        setup, coupling, state, geometry, extra = build(edge, count, radius, owned, kernel)
         self.setup, self.coupling, self.count, self.steps = setup, coupling, count, steps
+        self.kernel = kernel
         self.solid = count * 4.0 / 3.0 * math.pi * radius**3 / setup.cells
         start = time.perf_counter()
         if coupling is None:
-            chunk = jax.jit(fluid_step.make_chunk(setup), static_argnums=2, donate_argnums=0)
+            make = make_inplace_chunk(setup) if kernel == "native" else fluid_step.make_chunk(setup)
+            chunk = jax.jit(make, static_argnums=2, donate_argnums=0)
 
             def advance(carry):
                 return (chunk(carry[0], geometry, steps)[0], None)
@@ -154,6 +166,9 @@ class Timed:
             if owned:
                 dist = distribute(start_runtime("xla"), "single", setup.shape)
                 chunk = in_fluid.owned_chunk(dist, setup, coupling, coupling.owned)
+            elif kernel == "native":
+                make = make_native_coupled_chunk(setup, coupling)
+                chunk = jax.jit(make, static_argnums=2, donate_argnums=(0, 3))
             else:
                 make = fluid_step.make_coupled_chunk(setup, fluid_step.SINGLE, coupling)
                 chunk = jax.jit(make, static_argnums=2, donate_argnums=(0, 3))
@@ -197,18 +212,33 @@ def main(argv: list[str] | None = None) -> int:
         default="replicated",
         help="how the bodies are held (coupling.bodies); owned: on this one device",
     )
+    parser.add_argument(
+        "--kernels",
+        default="xla",
+        help="fluid kernels (fluid.kernel), comma-separated: xla, native (one device)",
+    )
     parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)
     counts = [int(c) for c in args.counts.split(",")]
     if 0 not in counts:
         counts = [0, *counts]
+    kernels = args.kernels.split(",")
+    if any(k not in ("xla", "native") for k in kernels):
+        parser.error(f"--kernels {args.kernels!r}: each of xla, native")
+    owned = args.bodies == "owned"
+    if owned and "native" in kernels:
+        parser.error("--bodies owned runs on the XLA step only (the native kernel's coupled "
+                     "step holds replicated bodies)")  # fmt: skip
     copy_run = measure_copy("float32")
     print(f"coupled step, D3Q19 TRT float32, {args.edge}^3 periodic, sphere radius "
           f"{args.radius:g} cells, bodies {args.bodies}; {os.cpu_count()} cores, JAX "
           f"{jax.__version__} on {jax.devices()[0].device_kind}")  # fmt: skip
     counts = sorted(counts)
-    owned = args.bodies == "owned"
-    timed = [Timed(args.edge, count, args.radius, args.steps, owned) for count in counts]
+    timed = [
+        Timed(args.edge, count, args.radius, args.steps, owned, kernel)
+        for kernel in kernels
+        for count in counts
+    ]
     # round robin: every repeat times each count once, right after one run of the copy probe,
     # so that a load on the machine that comes and goes falls on all counts alike
     bandwidths = []
@@ -216,10 +246,11 @@ def main(argv: list[str] | None = None) -> int:
         bandwidths.append(copy_run())
         for t in timed:
             t.once()
-    fluid = timed[0]
     bandwidth = statistics.median(bandwidths)
     rows: list[CoupledBenchRow] = []
     for t in timed:
+        if t.count == 0:
+            fluid = t  # this kernel's fluid-only chunk (counts are sorted per kernel)
         rebuilds, body_steps = t.finish()
         solid = t.solid
         cells = t.setup.cells
@@ -229,6 +260,7 @@ def main(argv: list[str] | None = None) -> int:
         body_seconds = statistics.median(t.seconds) - statistics.median(fluid.seconds)
         body_seconds /= args.steps
         row = CoupledBenchRow(
+            kernel=t.kernel,
             spheres=t.count,
             bodies=args.bodies,
             radius_cells=args.radius,
@@ -252,7 +284,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         rows.append(row)
         low, high = row.fraction_range
-        print(f"{t.count:>6} spheres  solid {100 * solid:5.2f} %  {mlups:7.2f} MLUPS "
+        print(f"{t.kernel:>6} {t.count:>6} spheres  solid {100 * solid:5.2f} %  {mlups:7.2f} MLUPS "
               f"({row.mlups_range[0]:.1f}-{row.mlups_range[1]:.1f})  "
               f"{100 * row.fraction_of_fluid:5.1f} % of fluid-only ({100 * low:.1f}-"
               f"{100 * high:.1f})  bodies {1e3 * body_seconds:7.2f} ms/step "

@@ -34,7 +34,7 @@ from solver.distributed.bodies.in_fluid import owned_chunk
 from solver.distributed.runtime import Runtime
 from solver.errors import BodyOverflowError, ConfigError
 from solver.fluid.config import MAX_MACH
-from solver.fluid.inplace_step import require_native
+from solver.fluid.inplace_step import require_kernel
 from solver.fluid.model import OUTPUTS_PER_RUN, FluidModel, _replicated
 from solver.fluid.step import FluidState
 from solver.fluid.units import mach
@@ -95,7 +95,11 @@ class CoupledModel(FluidModel):
             float(coupled.coupling.radius_cells.min()),
         )
         if self.setup.kernel == "native":
-            require_native(self.setup, coupled=True)
+            decomposition = self.dist.decomposition
+            require_kernel(
+                self.setup, "native", decomposition.shards, coupled=True,
+                mesh=tuple(decomposition.mesh), owned=config.coupling.bodies == "owned",
+            )  # fmt: skip
         self.body_layout = None
         if config.coupling.bodies == "owned":
             self.body_layout = self._owned_layout(config.coupling)

@@ -31,6 +31,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -86,6 +87,36 @@ class CoupledBodies:
 
     def replace(self, **changes) -> CoupledBodies:
         return dataclasses.replace(self, **changes)
+
+
+class StencilCover(NamedTuple):
+    """The spheres on their stencils (s spheres, m stencil entries each), lattice units.
+
+    Attributes:
+        eps: (s, m) each entry's cover; rel: d arrays (s, m), the entries' offsets from the
+        centres; flat: (s, m) int32 the entries' flat indices in the block (its size:
+        outside); rows: (s, m, d + 1) eps and eps u_s per entry, to be summed per cell."""
+
+    eps: Array
+    rel: list[Array]
+    flat: Array
+    rows: Array
+
+
+class CouplingStages(NamedTuple):
+    """``PsmCoupling.stages``: cover(time, xs, vs, ws, rad, block) -> StencilCover;
+    sums(stencil, rows, force) -> (force, torque) (s, 3) per sphere, lattice units;
+    advance(extra, force, torque, xs) -> (extra, report); members(bodies) -> (xs, vs, ws);
+    capacity: slots per sphere (``kernels.coupling.cover_capacity``); width: d + 1; tracked:
+    the bodies reported each step."""
+
+    cover: Callable
+    sums: Callable
+    advance: Callable
+    members: Callable
+    capacity: int
+    width: int
+    tracked: int
 
 
 @dataclass(frozen=True, eq=False)
@@ -214,19 +245,16 @@ class PsmCoupling:
         overflow = jnp.zeros((shards, records.OVERFLOW_SLOTS), jnp.int32)
         return start.replace(state=body_state, overflow=overflow)
 
-    def bind(self, setup: FluidSetup, halo: Halo) -> Callable:
-        """collide(f, time, extra, geo) -> (f_post, extra, report) for one shard (see
-        ``solver.fluid.step.StepCoupling``); report: (tracked, 9) SI position, velocity and
-        hydrodynamic force of the tracked bodies."""
+    def stages(self, setup: FluidSetup, halo: Halo) -> CouplingStages:
+        """The parts of a coupled step that do not touch the populations, for one shard of
+        ``setup``: the XLA step (``bind``) and the native kernel's (solver/coupling/native.py)
+        put them around their own collisions."""
         lat = setup.lattice
         if lat.d != self.dimension:
             raise ValueError(f"a {lat.d}D lattice for a coupling of dimension {self.dimension}")
         if setup.sponge is not None:
             raise ValueError("a sponge layer is not supported with moving bodies")
-        operator = OPERATORS[setup.collision]
-        fluid_collide = make_collide(setup)
-        params = CollisionParams.from_setup(setup)
-        dtype = params.dtype
+        dtype = jnp.dtype(setup.dtype)
         tau = setup.tau
         offsets = psm.stencil_offsets(self.stencil, lat.d, self.radius_cells)
         capacity = psm.cover_capacity(self.radius_cells, len(offsets), lat.d)
@@ -237,20 +265,16 @@ class PsmCoupling:
         # that left through one is gone from the fluid (counted in run.json, outside_domain)
         open_axes = {boundary.axis for boundary in setup.open_boundaries}
         periodic = tuple(a not in open_axes for a in range(d))
-        width = d + 1  # the summed cover per cell: eps and eps u_s
         origin = np.asarray(self.origin)[:d]
         velocity_scale = self.dt / self.dx
         force_scale = self.force_scale
         torque_scale = force_scale * self.dx
         buoyancy = self.buoyancy()
         tracked = min(self.tracked, self.bodies.n_bodies)
-        members = self._members()
 
-        def hydro(f: Sequence[Array], time: Array, xs, vs, ws, rad, geo: dict):
-            """The PSM collision with the spheres xs (s, 3) m, their velocities vs, ws and
-            radii ``rad`` (s,) cells (None: the scene's): (post, patch, force (s, 3) and torque
-            (s, 3) on each sphere from this block, lattice units)."""
-            block = tuple(f[0].shape)
+        def cover(time: Array, xs, vs, ws, rad, block: tuple[int, ...]) -> StencilCover:
+            """The spheres xs (s, 3) m, their velocities vs, ws and radii ``rad`` (s,) cells
+            (None: the scene's) on the stencils of this block."""
             center = ((xs[:, :d] - origin) / self.dx - 0.5).astype(dtype)
             v = (vs[:, :d] * velocity_scale).astype(dtype)
             # a disk turns about z only: its rate per step (s,); a sphere's vector (s, 3)
@@ -272,19 +296,16 @@ class PsmCoupling:
             else:
                 spin = psm.cross([w[:, None, a] for a in range(3)], rel)
             flat = psm.local_flat_index(cells, halo.origin(block), block, setup.shape, periodic)
-            cover = jnp.stack([eps] + [eps * (v[:, None, a] + spin[a]) for a in range(d)], -1)
-            eps, rel, flat, cover = materialised((eps, rel, flat, cover), time)
-            force = body_force_at(setup, time)
-            size = int(np.prod(block))
-            solid = geo.get("solid_interior")  # the fluid's own walls take no body
-            if eps.shape[0] * capacity > SLOTS_PER_CELL * size:
-                post, patch, rows = on_grid(f, time, flat, cover, solid, force)
-            else:
-                post, patch, rows = on_slots(f, time, flat, eps, cover, solid, force)
+            rows = jnp.stack([eps] + [eps * (v[:, None, a] + spin[a]) for a in range(d)], -1)
+            eps, rel, flat, rows = materialised((eps, rel, flat, rows), time)
+            return StencilCover(eps, rel, flat, rows)
 
-            # each body takes its cover's share eps / eps_total of a cell's force, from the
-            # moments and the summed cover at each stencil entry (psm_blend's cell force, per
-            # cover)
+        def sums(stencil: StencilCover, rows: tuple[Array, Array], force) -> tuple[Array, Array]:
+            """(s, 3) force and torque on each sphere from this block, lattice units, from the
+            moments and the summed cover at each stencil entry (``rows``): each body takes its
+            cover's share eps / eps_total of a cell's force (psm_blend's cell force, per
+            cover)."""
+            eps, rel = stencil.eps, stencil.rel
             per_cover = psm.cover_force(*rows, tau, self.weighting, force)
             on_body = [eps * fa.reshape(eps.shape) for fa in per_cover]
             force_sum = jnp.stack([jnp.sum(fa, axis=1) for fa in on_body], -1)
@@ -293,14 +314,14 @@ class PsmCoupling:
                 zero = jnp.zeros_like(force_sum[:, 0])
                 torque_z = jnp.sum(psm.torque_2d(rel, on_body), axis=1)
                 force_sum = jnp.stack([force_sum[:, 0], force_sum[:, 1], zero], -1)
-                return post, patch, force_sum, jnp.stack([zero, zero, torque_z], -1)
+                return force_sum, jnp.stack([zero, zero, torque_z], -1)
             torque_sum = jnp.stack([jnp.sum(t, axis=1) for t in psm.cross(rel, on_body)], -1)
-            return post, patch, force_sum, torque_sum
+            return force_sum, torque_sum
 
-        def collide(f: Sequence[Array], time: Array, extra: CoupledBodies, geo: dict):
+        def advance(extra: CoupledBodies, force_sum, torque_sum, xs) -> tuple:
+            """The bodies one fluid step on, driven by the spheres' summed force and torque
+            (s, 3) lattice units from every shard: (extra, report)."""
             bodies = extra.state.bodies
-            xs, vs, ws = members(bodies)
-            post, patch, force_sum, torque_sum = hydro(f, time, xs, vs, ws, None, geo)
             hydro_sum = halo.sum(
                 jnp.stack(
                     self._to_bodies(force_sum, torque_sum, xs, bodies.position, 1.0 / self.dx)
@@ -332,7 +353,46 @@ class PsmCoupling:
                 ],
                 axis=1,
             )
-            return post, patch, CoupledBodies(state, force_si, torque_si, extra.overflow), report
+            return CoupledBodies(state, force_si, torque_si, extra.overflow), report
+
+        return CouplingStages(cover, sums, advance, self._members(), capacity, d + 1, tracked)
+
+    def bind(self, setup: FluidSetup, halo: Halo) -> Callable:
+        """collide(f, time, extra, geo) -> (f_post, extra, report) for one shard (see
+        ``solver.fluid.step.StepCoupling``); report: (tracked, 9) SI position, velocity and
+        hydrodynamic force of the tracked bodies."""
+        stages = self.stages(setup, halo)
+        lat = setup.lattice
+        operator = OPERATORS[setup.collision]
+        fluid_collide = make_collide(setup)
+        params = CollisionParams.from_setup(setup)
+        dtype = params.dtype
+        tau = setup.tau
+        capacity, width = stages.capacity, stages.width
+        members = stages.members
+
+        def hydro(f: Sequence[Array], time: Array, xs, vs, ws, rad, geo: dict):
+            """The PSM collision with the spheres xs (s, 3) m, their velocities vs, ws and
+            radii ``rad`` (s,) cells (None: the scene's): (post, patch, force (s, 3) and torque
+            (s, 3) on each sphere from this block, lattice units)."""
+            block = tuple(f[0].shape)
+            stencil = stages.cover(time, xs, vs, ws, rad, block)
+            force = body_force_at(setup, time)
+            size = int(np.prod(block))
+            solid = geo.get("solid_interior")  # the fluid's own walls take no body
+            flat, eps, cover = stencil.flat, stencil.eps, stencil.rows
+            if eps.shape[0] * capacity > SLOTS_PER_CELL * size:
+                post, patch, rows = on_grid(f, time, flat, cover, solid, force)
+            else:
+                post, patch, rows = on_slots(f, time, flat, eps, cover, solid, force)
+            force_sum, torque_sum = stages.sums(stencil, rows, force)
+            return post, patch, force_sum, torque_sum
+
+        def collide(f: Sequence[Array], time: Array, extra: CoupledBodies, geo: dict):
+            xs, vs, ws = members(extra.state.bodies)
+            post, patch, force_sum, torque_sum = hydro(f, time, xs, vs, ws, None, geo)
+            extra, report = stages.advance(extra, force_sum, torque_sum, xs)
+            return post, patch, extra, report
 
         def blend(f, both: Array, table: Array, force) -> tuple[Array, ...]:
             """The PSM collision of cells (any shape X) from their populations f (q arrays
@@ -376,7 +436,7 @@ class PsmCoupling:
             return post, None, materialised(rows, time)
 
         if self.owned is not None:
-            return self._owned_collide(setup, halo, hydro, members, tracked)
+            return self._owned_collide(setup, halo, hydro, members, stages.tracked)
         return collide
 
     def _owned_collide(

@@ -216,9 +216,13 @@ class Distribution:
         """jit-compiled chunk(state, geometry, n, extra) -> (state, forces (n, d), extra,
         reports) of ``solver.fluid.step.make_coupled_chunk``; ``extra`` (the coupled bodies)
         is replicated on every shard. The state and extra are donated, n is static."""
-        if setup.kernel != "xla":  # the one-buffer kernels have no coupled collision: exit 2
-            require_kernel(setup, coupled=True)
-        if self.backend == "single":
+        if setup.kernel != "xla":  # exit 2 where the one-buffer kernel cannot take the bodies
+            require_kernel(setup, shards=self.decomposition.shards, coupled=True)
+        if setup.kernel == "native":  # one device (require_kernel)
+            from solver.coupling.native import make_native_coupled_chunk  # the coupling's part
+
+            local = make_native_coupled_chunk(setup, coupling)
+        elif self.backend == "single":
             local = make_coupled_chunk(setup, SINGLE, coupling)
         elif self.backend == "mpi":
             halo = MpiHalo(self.decomposition, self.runtime.comm)

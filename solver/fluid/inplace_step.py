@@ -77,10 +77,12 @@ def require_kernel(
     shards: int = 1,
     coupled: bool = False,
     mesh: tuple[int, ...] | None = None,
+    owned: bool = False,
 ) -> None:
     """Raise a ConfigError on fluid.kernel when the one-buffer ``kernel`` (default: the
     setup's) cannot run this set-up on ``shards`` devices split as ``mesh`` (shards per axis;
-    the native kernel splits x only), with bodies when ``coupled``."""
+    the native kernel splits x only), with bodies when ``coupled`` (the native kernel: on one
+    device, not ``owned`` by shards)."""
     kernel = setup.kernel if kernel is None else kernel
     reason = unsupported(setup, kernel)
     backend = jax.default_backend()
@@ -94,15 +96,22 @@ def require_kernel(
             f"a mesh of {shards} devices split as {shown} (the one-buffer kernels split the x "
             "axis only: domain.mesh=slab)"
         )
-    if reason is None and coupled:
-        reason = "bodies in the fluid (the coupling is an XLA-step collision)"
+    if reason is None and coupled and kernel == "pallas":
+        reason = "bodies in the fluid (the Pallas kernel has no coupled collision)"
+    if reason is None and coupled and (shards > 1 or owned):
+        reason = (
+            "bodies in the fluid on several devices or owned by shards (the native kernel's "
+            "coupled step runs on one device with replicated bodies)"
+        )
     if reason is not None:
         raise ConfigError("fluid.kernel", kernel, f"xla for {reason}")
 
 
-def require_native(setup: FluidSetup, shards: int = 1, coupled: bool = False) -> None:
+def require_native(
+    setup: FluidSetup, shards: int = 1, coupled: bool = False, owned: bool = False
+) -> None:
     """Raise a ConfigError on fluid.kernel when the native kernel cannot run this set-up."""
-    require_kernel(setup, "native", shards, coupled)
+    require_kernel(setup, "native", shards, coupled, owned=owned)
 
 
 def solid_links(setup: FluidSetup) -> tuple[np.ndarray, np.ndarray]:

@@ -28,6 +28,8 @@ from solver.native_build import register as register_target
 __all__ = ["FLAGS", "NativeBuildError", "build", "build_all", "built_tables", "target_name"]
 
 SOURCE = Path(__file__).resolve().parents[2] / "kernels" / "native" / "lb_inplace.cc"
+# included by SOURCE (bodies in the fluid): part of the build's hash
+INCLUDED = (SOURCE.parent / "lb_psm.inc",)
 # storage dtype of the populations -> (C++ storage type, C++ compute type)
 TYPES = {"float32": ("float", "float"), "float64": ("double", "double"),
          "float16": ("uint16_t", "float")}  # fmt: skip
@@ -61,7 +63,9 @@ def _library_name(lattice: str, storage: str) -> str:
 
 
 def _build_dir() -> Path:
-    return build_directory(SOURCE.read_bytes(), lattice_tables().encode())
+    return build_directory(
+        SOURCE.read_bytes(), *(p.read_bytes() for p in INCLUDED), lattice_tables().encode()
+    )
 
 
 def build(lattice: str, storage: str, verbose: bool = False) -> Path:
@@ -79,13 +83,17 @@ def _library(lattice: str, storage: str) -> ctypes.CDLL:
     return load(build(lattice, storage))
 
 
-def target_name(lattice: Lattice, storage: np.dtype | str, phases: bool = False) -> str:
+def target_name(
+    lattice: Lattice, storage: np.dtype | str, phases: bool = False, psm: bool = False
+) -> str:
     """Register the handler for ``lattice`` and the ``storage`` dtype once; its name. With
     ``phases``, the handler of one phase of the chunk split over devices (LbPhase,
-    solver/fluid/inplace_split.py) instead of the whole one-device chunk (LbInplace)."""
+    solver/fluid/inplace_split.py) instead of the whole one-device chunk (LbInplace); with
+    ``psm``, one step with bodies in the fluid (LbPsmStep, solver/coupling/native.py)."""
     storage = np.dtype(storage).name
-    symbol = "LbPhase" if phases else "LbInplace"
-    name = f"solver_lb_{'phase' if phases else 'inplace'}_{lattice.name}_{storage}"
+    symbol = "LbPsmStep" if psm else ("LbPhase" if phases else "LbInplace")
+    kind = "psm" if psm else ("phase" if phases else "inplace")
+    name = f"solver_lb_{kind}_{lattice.name}_{storage}"
     return register_target(name, build(lattice.name, storage), symbol)
 
 

@@ -1,0 +1,149 @@
+"""Bodies in the fluid on the native in-place kernel (``fluid.kernel=native``, one device).
+
+The coupled chunk of solver/fluid/step.py with the fluid's step done by
+kernels/native/lb_psm.inc (the handler LbPsmStep of the native library): each fluid step puts
+the bodies on their stencils (``PsmCoupling.stages``), then one call of the kernel advances the
+populations in place (the AA pattern's even or odd sweep) with the PSM collision in the cells
+the stencils cover, done row by row inside the sweep, and returns per stencil entry its cell's
+moments and summed cover, from which the bodies' forces are summed as in the XLA step; then
+the bodies move. So the population buffer is the native kernel's one buffer, and the bodies
+cost their cells' collision: no list of covered cells built in JAX, no gather or scatter of
+populations, no second pass over the grid or the ghosts (docs/performance.md, "Bodies in the
+fluid: the coupled step").
+
+Results equal the XLA coupled step to round-off (tests/test_coupling_native.py: float64 to
+1e-12, float32 to the bound stated there). One device only: a mesh is refused by
+``require_kernel`` before anything is traced.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from solver.fluid.collide import body_force_at
+from solver.fluid.inplace_step import kernel_rates, solid_links, unsupported
+from solver.fluid.native import target_name
+from solver.fluid.setup import FluidSetup
+from solver.fluid.step import SINGLE, FluidGeometry, FluidState
+
+# LbPsmStep's phases (kernels/native/lb_psm.inc)
+EVEN, ODD, END_AFTER_EVEN, END_AFTER_ODD = 0, 1, 2, 3
+
+
+def make_native_coupled_chunk(setup: FluidSetup, coupling) -> Callable:
+    """chunk(state, geometry, n, extra) -> (state, forces (n, force_width) of zeros, extra,
+    reports), the signature of ``solver.fluid.step.make_coupled_chunk`` on one device, for a
+    ``solver.coupling.step.PsmCoupling`` with replicated bodies.
+
+    Raises:
+        ValueError: the native kernel does not cover the setup, or the bodies are owned.
+    """
+    reason = unsupported(setup, "native")
+    if reason is not None:
+        raise ValueError(f"fluid.kernel=native does not support {reason}")
+    if coupling.owned is not None:
+        raise ValueError("fluid.kernel=native takes replicated bodies (coupling.bodies)")
+    stages = coupling.stages(setup, SINGLE)
+    lat, dtype = setup.lattice, jnp.dtype(setup.dtype)
+    stored = jnp.dtype(setup.storage_dtype)
+    target = target_name(lat, stored, psm=True)
+    has_solid = setup.solid is not None and bool(np.any(setup.solid))
+    links, ladd = solid_links(setup) if has_solid else (np.zeros((0, 2), np.int64), np.zeros(0))
+    link_words = jnp.asarray(np.ascontiguousarray(links).view(np.uint32))
+    ladd = jnp.asarray(ladd, dtype)
+    omega_minus, les_scale = kernel_rates(setup)
+    # the kernel's grid is 3D: a 2D force (F_x, F_y) acts along its axes (x, z)
+    axes = [0, 1, 2] if lat.d == 3 else [0, 2]
+    block = tuple(setup.shape)
+    attributes = dict(
+        omega_plus=np.float64(setup.omega),
+        omega_minus=np.float64(omega_minus),
+        walls=np.int64(has_solid),
+        force=np.int64(setup.body_force is not None),
+        les_scale=np.float64(les_scale),
+        trt_magic=np.float64(setup.trt_magic if setup.collision == "trt" else -1.0),
+        tau=np.float64(setup.tau),
+        fraction=np.int64(coupling.weighting == "fraction"),
+    )
+
+    width = stages.width
+
+    def kernel(populations, solid, force3, flat, rows, phase: int):
+        """One step of the kernel: (populations, per entry (E, 2 width): its cell's moments
+        and summed cover) from the stencil entries' cells flat (E,) and cover rows (E, width)."""
+        entries = flat.shape[0]
+        call = jax.ffi.ffi_call(
+            target,
+            (
+                jax.ShapeDtypeStruct(populations.shape, stored),
+                jax.ShapeDtypeStruct((entries, 2 * width), dtype),
+                jax.ShapeDtypeStruct((entries, lat.q), dtype),  # scratch
+                jax.ShapeDtypeStruct((entries,), jnp.int32),  # scratch
+            ),
+            input_output_aliases={0: 0},
+        )
+        populations, per_entry, _, _ = call(
+            populations, solid, link_words, ladd, force3, flat, rows,
+            phase=np.int64(phase), **attributes,
+        )  # fmt: skip
+        return populations, per_entry
+
+    def force_of(time):
+        force = body_force_at(setup, time)
+        force3 = jnp.zeros((3,), dtype)
+        if force is not None:
+            force3 = force3.at[jnp.asarray(axes)].set(jnp.stack(force).astype(dtype))
+        return force, force3
+
+    def chunk(state: FluidState, geometry: FluidGeometry, n: int, extra):
+        solid = geometry.solid if has_solid else jnp.zeros((1,), bool)
+
+        def step(populations, extra, time, phase: int):
+            xs, vs, ws = stages.members(extra.state.bodies)
+            stencil = stages.cover(time, xs, vs, ws, None, block)
+            force, force3 = force_of(time)
+            populations, per_entry = kernel(
+                populations, solid, force3, stencil.flat.reshape(-1),
+                stencil.rows.reshape(-1, width), phase,
+            )  # fmt: skip
+            rows = (per_entry[:, :width], per_entry[:, width:])
+            force_sum, torque_sum = stages.sums(stencil, rows, force)
+            extra, report = stages.advance(extra, force_sum, torque_sum, xs)
+            return populations, extra, report
+
+        def two_steps(carry, k):
+            populations, extra = carry
+            time = state.time + 2 * k
+            populations, extra, r1 = step(populations, extra, time, EVEN)
+            populations, extra, r2 = step(populations, extra, time + 1, ODD)
+            return (populations, extra), jax.tree.map(lambda a, b: jnp.stack([a, b]), r1, r2)
+
+        populations = state.populations
+        reports = []
+        pairs = n // 2
+        if pairs:
+            (populations, extra), paired = lax.scan(
+                two_steps, (populations, extra), jnp.arange(pairs, dtype=jnp.int32)
+            )
+            reports.append(jax.tree.map(lambda r: r.reshape((2 * pairs, *r.shape[2:])), paired))
+        if n % 2:
+            populations, extra, report = step(populations, extra, state.time + n - 1, EVEN)
+            reports.append(jax.tree.map(lambda r: r[None], report))
+        # the natural layout at the chunk's end (an even step left it swapped), solids at rest
+        empty_cells = jnp.zeros((0,), jnp.int32)
+        empty_table = jnp.zeros((0, width), dtype)
+        end = END_AFTER_EVEN if n % 2 else END_AFTER_ODD
+        if end == END_AFTER_EVEN or has_solid:
+            populations, _ = kernel(
+                populations, solid, force_of(state.time)[1], empty_cells, empty_table, end
+            )  # fmt: skip
+        reports = jax.tree.map(lambda *r: jnp.concatenate(r), *reports)
+        new_state = FluidState(populations=populations, time=state.time + n)
+        return new_state, jnp.zeros((n, setup.force_width), dtype), extra, reports
+
+    return chunk
