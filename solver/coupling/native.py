@@ -26,7 +26,7 @@ import numpy as np
 from jax import lax
 
 from solver.fluid.collide import body_force_at
-from solver.fluid.inplace_step import kernel_rates, solid_links, unsupported
+from solver.fluid.inplace_step import kernel_attributes, solid_links, unsupported
 from solver.fluid.native import target_name
 from solver.fluid.setup import FluidSetup
 from solver.fluid.step import SINGLE, FluidGeometry, FluidState
@@ -56,17 +56,11 @@ def make_native_coupled_chunk(setup: FluidSetup, coupling) -> Callable:
     links, ladd = solid_links(setup) if has_solid else (np.zeros((0, 2), np.int64), np.zeros(0))
     link_words = jnp.asarray(np.ascontiguousarray(links).view(np.uint32))
     ladd = jnp.asarray(ladd, dtype)
-    omega_minus, les_scale = kernel_rates(setup)
     # the kernel's grid is 3D: a 2D force (F_x, F_y) acts along its axes (x, z)
     axes = [0, 1, 2] if lat.d == 3 else [0, 2]
     block = tuple(setup.shape)
     attributes = dict(
-        omega_plus=np.float64(setup.omega),
-        omega_minus=np.float64(omega_minus),
-        walls=np.int64(has_solid),
-        force=np.int64(setup.body_force is not None),
-        les_scale=np.float64(les_scale),
-        trt_magic=np.float64(setup.trt_magic if setup.collision == "trt" else -1.0),
+        **kernel_attributes(setup, has_solid),
         tau=np.float64(setup.tau),
         fraction=np.int64(coupling.weighting == "fraction"),
     )

@@ -153,6 +153,21 @@ def kernel_rates(setup: FluidSetup) -> tuple[float, float]:
     return omega_minus, les_scale
 
 
+def kernel_attributes(setup: FluidSetup, walls: bool) -> dict:
+    """The collision attributes every native handler takes (kernels/native/lb_inplace.cc):
+    the rates, whether it has walls and a body force, the LES scale, and TRT's Lambda (< 0:
+    BGK)."""
+    omega_minus, les_scale = kernel_rates(setup)
+    return dict(
+        omega_plus=np.float64(setup.omega),
+        omega_minus=np.float64(omega_minus),
+        walls=np.int64(walls),
+        force=np.int64(setup.body_force is not None),
+        les_scale=np.float64(les_scale),
+        trt_magic=np.float64(setup.trt_magic if setup.collision == "trt" else -1.0),
+    )
+
+
 def make_inplace_chunk(
     setup: FluidSetup,
 ) -> Callable[[FluidState, FluidGeometry, int], tuple[FluidState, Array]]:
@@ -173,7 +188,6 @@ def make_inplace_chunk(
     # the int64 slots travel as their uint32 words (JAX holds no int64 without x64 mode); the
     # kernel reads the same bytes as int64
     slot_words = np.ascontiguousarray(slots).view(np.uint32)
-    omega_minus, les_scale = kernel_rates(setup)  # trt_magic < 0 below tells the kernel BGK
     # the kernel's grid is 3D: a 2D force (F_x, F_y) acts along its axes (x, z)
     axes = [0, 1, 2] if lat.d == 3 else [0, 2]
 
@@ -198,12 +212,7 @@ def make_inplace_chunk(
             jnp.asarray(ladd, dtype),
             forces,
             steps=np.int64(n),
-            omega_plus=np.float64(setup.omega),
-            omega_minus=np.float64(omega_minus),
-            walls=np.int64(has_solid),
-            force=np.int64(setup.body_force is not None),
-            les_scale=np.float64(les_scale),
-            trt_magic=np.float64(setup.trt_magic if setup.collision == "trt" else -1.0),
+            **kernel_attributes(setup, has_solid),
         )
         new_state = FluidState(populations=populations, time=t0 + n)
         return new_state, jnp.zeros((n, setup.force_width), dtype)
