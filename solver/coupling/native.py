@@ -12,8 +12,9 @@ populations, no second pass over the grid or the ghosts (docs/performance.md, "B
 fluid: the coupled step").
 
 Results equal the XLA coupled step to round-off (tests/test_coupling_native.py: float64 to
-1e-12, float32 to the bound stated there). One device only: a mesh is refused by
-``require_kernel`` before anything is traced.
+1e-12, float16 storage to one unit of the stored half, a float32 run through the app to 1e-5
+relative). One device only: a mesh is refused by ``require_kernel`` before anything is
+traced.
 """
 
 from __future__ import annotations
