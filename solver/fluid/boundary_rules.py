@@ -271,6 +271,21 @@ def convective_outlet(lattice: Lattice, face: Face) -> list[Array]:
     )
 
 
+def characteristic_outlet(lattice: Lattice, face: Face) -> tuple[Array, ...]:
+    """Non-reflecting outlet: the face's normal velocity carried out at u_n + c_s, its density
+    from the incoming acoustic invariant held (relaxed to ``ob.density`` at K = sigma c_s / L
+    per step, as the convective outlet's density)."""
+    return open_boundaries.characteristic_outflow(
+        lattice,
+        face.previous_face,
+        face.neighbour,
+        face.ob.axis,
+        1.0 if face.ob.side == "high" else -1.0,
+        face.ob.density,
+        OUTLET_SIGMA * math.sqrt(CS2) / face.box_length,
+    )
+
+
 # OpenBoundary.kind -> the face's populations (q arrays of extent 1 along the axis)
 OPEN_BOUNDARIES: dict[str, Callable[[Lattice, Face], Sequence[Array]]] = {
     "velocity": velocity_inlet,
@@ -278,6 +293,7 @@ OPEN_BOUNDARIES: dict[str, Callable[[Lattice, Face], Sequence[Array]]] = {
     "velocity_bounce_back": velocity_bounce_back,
     "pressure_anti_bounce_back": pressure_anti_bounce_back,
     "convective": convective_outlet,
+    "characteristic": characteristic_outlet,
 }
 
 

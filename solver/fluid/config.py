@@ -40,6 +40,7 @@ OUTLETS = {
     "pressure": "pressure",
     "anti_bounce_back": "pressure_anti_bounce_back",
     "convective": "convective",
+    "characteristic": "characteristic",
 }
 TG_VARIANTS = ("vortex", "beltrami", "brachet")
 # case=geometry: the built-in exact sphere (case.mesh), the mesh files' units, the tunnel's sides

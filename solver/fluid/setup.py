@@ -25,7 +25,7 @@ LES_MODELS = ("none", "smagorinsky")
 KERNELS = ("xla", "native", "pallas")
 # OpenBoundary.kind: the inlets prescribe a velocity, the outlets a density or an outflow
 INLET_KINDS = ("velocity", "velocity_bounce_back")
-OUTLET_KINDS = ("pressure", "pressure_anti_bounce_back", "convective")
+OUTLET_KINDS = ("pressure", "pressure_anti_bounce_back", "convective", "characteristic")
 
 
 @dataclass(frozen=True)
@@ -63,7 +63,10 @@ class OpenBoundary:
                 the face node (anti-bounce-back, Kruger et al. 2017 sec. 5.3.4);
             "convective": the incoming populations carried out of the box with the local normal
                 velocity, df/dt + U df/dn = 0 (Yang 2013; Lou, Guo & Shi 2013): vortices and
-                pressure waves leave with little reflection.
+                pressure waves leave with little reflection;
+            "characteristic": the normal velocity carried out at u_n + c_s and the density from
+                the incoming acoustic invariant held (Thompson 1987; Poinsot & Lele 1992):
+                sound leaves too.
         velocity: (d, *face_shape) lattice velocity on the face, for the inlet kinds. The face
             shape is the grid shape with ``axis`` removed.
         density: lattice density on the face, for the pressure kinds.
@@ -83,7 +86,7 @@ class OpenBoundary:
             raise ValueError(f"open boundary kind {self.kind!r} not in {kinds}")
         if self.is_inlet and self.velocity is None:
             raise ValueError(f"open boundary kind {self.kind!r} needs a velocity")
-        if self.kind.startswith("pressure") and self.density is None:
+        if not self.is_inlet and self.density is None:
             raise ValueError(f"open boundary kind {self.kind!r} needs a density")
 
     @property
