@@ -109,3 +109,17 @@ def test_operator_table_lines_up_checks_by_quantity() -> None:
     rows = operators._table(by_op)
     assert rows[1].startswith("| case | quantity | TRT | regularized | KBC |")
     assert "| taylor_green | max\\|u\\| err | 0.05 | 0.1 | 0.15 (FAIL) | 0.1 |" in rows
+
+
+def test_mach_extrapolation_removes_a_quadratic_error() -> None:
+    """Peaks v(n, u) = v0(n) + c u^2: the pair at one resolution gives c, and the finest run
+    loses c u^2 (2D-2's compressibility error, validation/cases/cylinder.py)."""
+    from validation.cases.cylinder import mach_extrapolated
+
+    def peak(n: int, u: float) -> float:
+        return 3.2 + 1.0 / n + 8.5 * u * u
+
+    values = {(n, u): peak(n, u) for n, u in ((30, 0.05), (30, 0.025), (40, 0.05), (60, 0.05))}
+    value, slope = mach_extrapolated(values, 60, 30)
+    assert abs(slope - 8.5) < 1e-9 and abs(value - (3.2 + 1.0 / 60)) < 1e-12
+    assert mach_extrapolated(values, 60, 40) is None  # no pair at 40
