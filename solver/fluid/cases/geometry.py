@@ -1,8 +1,8 @@
 """A 3D wind tunnel around a body from a triangle mesh (STL, OBJ, PLY) or the exact sphere.
 
 The tunnel spans [0, length] x [0, width] x [0, height] (m). Uniform velocity inlet on the low-x
-face and pressure outlet (lattice density 1) on the high-x face, both by regularized
-non-equilibrium extrapolation; the sides are
+face (regularized non-equilibrium extrapolation) and the outlet ``case.outlet`` on the high-x
+face (default the non-reflecting characteristic outlet, density 1); the sides are
 - ``periodic`` (default): for a body centred in the cross-section and a symmetric flow, a
   periodic array of bodies is the same as free-slip walls at half the spacing (mirror images),
   i.e. a free-slip tunnel of the given width and height;
@@ -162,10 +162,11 @@ def whole_periods(signal: np.ndarray) -> tuple[int, int, int]:
     number of its oscillation periods (from its first to its last upward crossing of the mean,
     Schmitt-triggered as the cylinder's lift), or (0, len, 0) when it crosses fewer than twice.
 
-    A steady flow in the tunnel still carries the acoustic quarter-wave mode its start excited
-    (velocity inlet and pressure outlet reflect it, viscosity hardly damps so long a wave): the
-    drag rings around its steady value. The mean over whole periods removes that ringing, where
-    the mean over an arbitrary window keeps a fraction of its amplitude.
+    With a reflecting outlet a steady flow in the tunnel still carries the acoustic quarter-wave
+    mode its start excited (velocity inlet and pressure outlet reflect it, viscosity hardly
+    damps so long a wave; the characteristic outlet lets it out): the drag rings around its
+    steady value. The mean over whole periods removes that ringing, where the mean over an
+    arbitrary window keeps a fraction of its amplitude.
     """
     amplitude = _amplitude(signal)
     up = upward_crossings(signal - np.mean(signal), HYSTERESIS * amplitude)
