@@ -84,7 +84,10 @@ DURATION_2D2 = {"full": 8.0, "fast": 4.0}
 
 # --- 2D-3 -----------------------------------------------------------------------------------
 REFERENCE_2D3 = {"cd_max": 2.950, "cl_max": 0.478, "dp_end": -0.111}
-SETTINGS_2D3 = {"full": (30, 0.05), "fast": (10, 0.1)}
+# full: u_lattice 0.025, where the drag peak at the peak inflow (Mach 0.043) carries a quarter
+# of the compressibility error it has at 0.05 (TRT, 30 cells, convective outlet: Cd_max 3.013
+# at 0.05, 2.1 % above 2.950; 2.999 at 0.025; Cl_max 0.479 / 0.480)
+SETTINGS_2D3 = {"full": (30, 0.025), "fast": (10, 0.1)}
 TOL_2D3 = {
     "full": {"cd_max": 0.02, "cl_max": 0.02, "dp_end": 0.02},
     "fast": {"cd_max": 0.1, "cl_max": 0.6, "dp_end": 0.3},
