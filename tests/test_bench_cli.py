@@ -58,8 +58,11 @@ def test_gpu_check_probe_is_a_real_loop():
     assert datasheet("NVIDIA H200") == 4.8e12 and datasheet("cpu") is None
 
 
+# the owned rows in make test-long: the replicated case covers the bench's rows and figures,
+# tests/test_coupling_owned.py the owned coupled step (35 s of make test's budget)
 @pytest.mark.parametrize(
-    ("bodies", "kernels"), [("replicated", ["xla", "native"]), ("owned", ["xla"])]
+    ("bodies", "kernels"),
+    [("replicated", ["xla", "native"]), pytest.param("owned", ["xla"], marks=pytest.mark.long)],
 )
 def test_coupled_bench_rows_for_both_ways_of_holding_bodies(tmp_path, bodies, kernels):
     """``python -m solver.bench coupled``: a row per kernel and count, the bodies held as
