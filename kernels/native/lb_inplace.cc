@@ -59,10 +59,23 @@ namespace {
 
 struct Grid {
   idx nx, ny, nz, n;  // n = nx * ny * nz cells
-  idx row(idx x, idx y) const {
+  // Rotated planes (one-device chunks, ``rotation``): direction k's plane holds row r of the
+  // grid at row (r + k shift) mod (nx ny), so that the q planes' copies of one cell do not all
+  // fall into one cache set when n is a multiple of a large power of two; 0: natural layout.
+  idx shift = 0;
+  // the row index x ny + y, both periodic
+  idx rindex(idx x, idx y) const {
     x = (x % nx + nx) % nx;
     y = (y % ny + ny) % ny;
-    return (x * ny + y) * nz;
+    return x * ny + y;
+  }
+  // the natural offset of row (x, y): cells, solid flags, ghost planes
+  idx row(idx x, idx y) const { return rindex(x, y) * nz; }
+  // the offset of row r of direction dir's plane within that plane (requires dir shift < nx ny)
+  idx prow(int dir, idx r) const {
+    if (shift == 0) return r * nz;
+    const idx s = r + dir * shift, rows = nx * ny;
+    return (s >= rows ? s - rows : s) * nz;
   }
   // Split along x over several devices (docs/performance.md, "The in-place scheme on several
   // devices"): the planes x = -1 and x = nx are ghosts held in a separate buffer G of
@@ -77,7 +90,7 @@ struct Grid {
       const int slot = half == 0 ? ghost_slot<L>(dir, -1) : ghost_slot<L>(dir, 1);
       return G + ((half * ghost_dirs<L>() + slot) * ny + y) * nz;
     }
-    return A + dir * n + row(x, y);
+    return A + dir * n + prow(dir, rindex(x, y));
   }
   // directions with c_x = sign, counted; and the index of dir among them (-1: not one of them)
   template <class L>
@@ -281,17 +294,17 @@ inline V8 operator/(V8 a, V8 b) { return V8(_mm256_div_ps(a.v, b.v)); }
 inline V8& operator+=(V8& a, V8 b) { return a = a + b; }
 inline V8 root(V8 a) { return V8(_mm256_sqrt_ps(a.v)); }
 
-// Cells z .. z + 7 of a row (not wrapping); rm, rp, here = r0 + z as in sweep.
+// Cells z .. z + 7 of a row (not wrapping); ra, rm, rp as in sweep.
 template <class L, bool ODD, bool FORCE, bool LES>
-__attribute__((always_inline)) inline void cells8(uint16_t* A, idx n, uint16_t* const* rm,
-                                                  uint16_t* const* rp, idx here, idx z,
+__attribute__((always_inline)) inline void cells8(uint16_t* const* ra, uint16_t* const* rm,
+                                                  uint16_t* const* rp, idx z,
                                                   const float* F, Rates<float> r) {
   constexpr int Q = L::Q;
   const V8 unscale(1.0f / 32768.0f), scale(32768.0f);
   V8 f[Q];
 #pragma GCC unroll 32
   for (int k = 0; k < Q; ++k) {
-    const uint16_t* p = ODD ? rm[k] + z - L::c[k][2] : A + k * n + here;
+    const uint16_t* p = ODD ? rm[k] + z - L::c[k][2] : ra[k] + z;
     const V8 v(_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
     f[k] = v * unscale + V8(float(L::w[k]));
   }
@@ -302,7 +315,7 @@ __attribute__((always_inline)) inline void cells8(uint16_t* A, idx n, uint16_t* 
 #pragma GCC unroll 32
   for (int k = 0; k < Q; ++k) {
     const V8 v = (f[k] - V8(float(L::w[k]))) * scale;
-    uint16_t* p = ODD ? rp[k] + z + L::c[k][2] : A + L::opp[k] * n + here;
+    uint16_t* p = ODD ? rp[k] + z + L::c[k][2] : ra[L::opp[k]] + z;
     _mm_storeu_si128(reinterpret_cast<__m128i*>(p),
                      _mm256_cvtps_ph(v.v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
   }
@@ -313,8 +326,10 @@ __attribute__((always_inline)) inline void cells8(uint16_t* A, idx n, uint16_t* 
 // bodies in the fluid (lb_psm.inc) collide the row's covered cells before it and write them
 // over it after, while the row's populations are in the cache.
 struct NoRowHook {
-  __attribute__((always_inline)) void before(idx, idx) const {}
-  __attribute__((always_inline)) void after(idx, idx) const {}
+  template <class S>
+  __attribute__((always_inline)) void before(idx, idx, S* const*, S* const*) const {}
+  template <class S>
+  __attribute__((always_inline)) void after(idx, idx, S* const*, S* const*) const {}
 };
 
 // One sweep (an even or an odd step) over the grid, every node alike.
@@ -328,19 +343,24 @@ void sweep(S* A, const Grid& g, const T* F, Rates<T> r, S* G = nullptr,
   for (idx x = 0; x < g.nx; ++x) {
     for (idx y = 0; y < g.ny; ++y) {
       // the odd step's rows: A[opp k] at x - c_k (read) and A[k] at x + c_k (written)
+      // the even step's: A[k] at (x, y) (read, and written as opp k)
       S* rm[Q];
       S* rp[Q];
+      S* ra[Q];
+      const idx row = g.rindex(x, y), r0 = row * nz;
       for (int k = 0; k < Q; ++k) {
-        rm[k] = g.at<L>(A, G, L::opp[k], x - L::c[k][0], y - L::c[k][1]);
-        rp[k] = g.at<L>(A, G, k, x + L::c[k][0], y + L::c[k][1]);
+        if (ODD) {
+          rm[k] = g.at<L>(A, G, L::opp[k], x - L::c[k][0], y - L::c[k][1]);
+          rp[k] = g.at<L>(A, G, k, x + L::c[k][0], y + L::c[k][1]);
+        } else {
+          ra[k] = A + k * n + g.prow(k, row);
+        }
       }
-      const idx r0 = g.row(x, y);
-      hook.before(x, y);
+      hook.before(x, y, rm, rp);
       // one cell; WRAP: z at an end of the row (periodic index), else plain offsets that the
       // vectoriser sees as contiguous
       auto cell = [&](idx z, auto wrap) __attribute__((always_inline)) {
         constexpr bool WRAP = decltype(wrap)::value;
-        const idx here = r0 + z;
         T f[Q];
 #pragma GCC unroll 32
         for (int k = 0; k < Q; ++k) {
@@ -348,7 +368,7 @@ void sweep(S* A, const Grid& g, const T* F, Rates<T> r, S* G = nullptr,
             const idx src = WRAP ? g.stepz(z, -L::c[k][2]) : z - L::c[k][2];
             f[k] = C::load(rm[k][src], L::w[k]);
           } else {
-            f[k] = C::load(A[k * n + here], L::w[k]);
+            f[k] = C::load(ra[k][z], L::w[k]);
           }
         }
         collide<L, T, FORCE, LES>(f, F, r);
@@ -358,7 +378,7 @@ void sweep(S* A, const Grid& g, const T* F, Rates<T> r, S* G = nullptr,
             const idx dst = WRAP ? g.stepz(z, L::c[k][2]) : z + L::c[k][2];
             rp[k][dst] = C::store(f[k], L::w[k]);
           } else {
-            A[L::opp[k] * n + here] = C::store(f[k], L::w[k]);
+            ra[L::opp[k]][z] = C::store(f[k], L::w[k]);
           }
         }
       };
@@ -368,13 +388,13 @@ void sweep(S* A, const Grid& g, const T* F, Rates<T> r, S* G = nullptr,
       idx z = 1;
 #if defined(__F16C__)
       if constexpr (C::shifted && std::is_same<T, float>::value) {
-        for (; z + 8 <= nz - 1; z += 8) cells8<L, ODD, FORCE, LES>(A, n, rm, rp, r0 + z, z, F, r);
+        for (; z + 8 <= nz - 1; z += 8) cells8<L, ODD, FORCE, LES>(ra, rm, rp, z, F, r);
       }
 #endif
 #pragma omp simd
       for (idx zz = z; zz < nz - 1; ++zz) cell(zz, no{});
       if (nz > 1) cell(nz - 1, yes{});
-      hook.after(x, y);
+      hook.after(x, y, rm, rp);
     }
   }
 }
@@ -449,22 +469,81 @@ void stream_pairs(S* A, const uint8_t* solid, const Grid& g, const int64_t* slot
   }
 }
 
+// The row shift of rotated planes (Grid::shift) for a chunk of ``steps`` steps on g: one row
+// per direction where a plane's size is a multiple of 1 KiB (then the q copies of a cell share
+// at most 4 of the 64 sets of a 32 KiB L1 and one set of L2: 128^3 ran at 129 MLUPS against
+// 204 at 127^3, docs/performance.md "Rotated planes"), else 0. Rotating in and out costs about
+// two sweeps' memory traffic, so short chunks keep the natural layout.
+template <class L, class S>
+idx rotation(const Grid& g, int64_t steps) {
+  const bool aligned = (size_t(g.n) * sizeof(S)) % 1024 == 0;
+  const bool fits = idx(L::Q) < g.nx * g.ny;  // dir shift < nx ny for every direction
+  return aligned && fits && steps >= 8 ? 1 : 0;
+}
+
+// Plane k moved by k shift rows (in: row r to r + k shift, mod nx ny; out: back), in place
+// but for one thread's copy of the rows that wrap around.
+template <class L, class S>
+void rotate_planes(S* A, const Grid& g, bool in) {
+  const idx rows = g.nx * g.ny;
+#pragma omp parallel for schedule(dynamic)
+  for (int k = 1; k < L::Q; ++k) {
+    S* p = A + k * g.n;
+    const idx m = ((k * g.shift) % rows) * g.nz;  // the elements that wrap
+    if (m == 0) continue;
+    std::vector<S> wrapped(m);
+    if (in) {
+      std::memcpy(wrapped.data(), p + g.n - m, m * sizeof(S));
+      std::memmove(p + m, p, (g.n - m) * sizeof(S));
+      std::memcpy(p, wrapped.data(), m * sizeof(S));
+    } else {
+      std::memcpy(wrapped.data(), p, m * sizeof(S));
+      std::memmove(p, p + m, (g.n - m) * sizeof(S));
+      std::memcpy(p + g.n - m, wrapped.data(), m * sizeof(S));
+    }
+  }
+}
+
+// The link slots (k n + cell, natural layout) as slots of the rotated planes.
+template <class L>
+std::vector<int64_t> rotated_slots(const Grid& g, const int64_t* slots, idx links) {
+  std::vector<int64_t> out(2 * links);
+#pragma omp parallel for schedule(static)
+  for (idx i = 0; i < 2 * links; ++i) {
+    const int64_t k = slots[i] / g.n, cell = slots[i] % g.n;
+    out[i] = k * g.n + g.prow(int(k), cell / g.nz) + cell % g.nz;
+  }
+  return out;
+}
+
 template <class L, class S, class T, bool SOLID, bool FORCE, bool LES>
 void run_chunk(S* A, const uint8_t* solid, const int64_t* slots, const T* ladd, idx links,
                const Grid& g, const T* forces, int64_t steps, Rates<T> r) {
   T zero[3] = {0, 0, 0};
   auto force_at = [&](int64_t s) -> const T* { return FORCE ? forces + 3 * s : zero; };
+  // the sweeps on rotated planes; the chunk's end (stream_pairs, rest_in_solids) on the
+  // natural layout again, which is what it reads and writes
+  Grid gr = g;
+  gr.shift = rotation<L, S>(g, steps);
+  std::vector<int64_t> moved;
+  const int64_t* rs = slots;
+  if (gr.shift) {
+    rotate_planes<L, S>(A, gr, true);
+    if (SOLID) {
+      moved = rotated_slots<L>(gr, slots, links);
+      rs = moved.data();
+    }
+  }
   int64_t s = 0;
   for (; s + 1 < steps; s += 2) {
-    sweep<L, S, T, false, FORCE, LES>(A, g, force_at(s), r);
-    if (SOLID) repair_links<L, S, T, false>(A, slots, ladd, links, g.n);
-    sweep<L, S, T, true, FORCE, LES>(A, g, force_at(s + 1), r);
-    if (SOLID) repair_links<L, S, T, true>(A, slots, ladd, links, g.n);
+    sweep<L, S, T, false, FORCE, LES>(A, gr, force_at(s), r);
+    if (SOLID) repair_links<L, S, T, false>(A, rs, ladd, links, g.n);
+    sweep<L, S, T, true, FORCE, LES>(A, gr, force_at(s + 1), r);
+    if (SOLID) repair_links<L, S, T, true>(A, rs, ladd, links, g.n);
   }
-  if (s < steps) {
-    sweep<L, S, T, false, FORCE, LES>(A, g, force_at(s), r);
-    stream_pairs<L, S, T, SOLID>(A, solid, g, slots, ladd, links);
-  }
+  if (s < steps) sweep<L, S, T, false, FORCE, LES>(A, gr, force_at(s), r);
+  if (gr.shift) rotate_planes<L, S>(A, gr, false);
+  if (s < steps) stream_pairs<L, S, T, SOLID>(A, solid, g, slots, ladd, links);
   if (SOLID) rest_in_solids<L, S, T>(A, solid, g);
 }
 
