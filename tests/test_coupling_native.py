@@ -27,6 +27,7 @@ from solver.app import enable_precision
 from solver.bodies import step as bs
 from solver.coupling.native import make_native_coupled_chunk
 from solver.coupling.step import PsmCoupling
+from solver.fluid.inplace_step import plane_shift
 from solver.fluid.setup import BodyForce, FluidSetup
 from solver.fluid.step import SINGLE, initial_state, make_coupled_chunk, make_geometry
 
@@ -99,22 +100,25 @@ def walls_along_last_axis(shape) -> np.ndarray:
     return solid
 
 
-def test_native_coupled_step_equals_the_xla_step_in_3d(steps=5, collision="trt"):
+def test_native_coupled_step_equals_the_xla_step_in_3d(steps=9, collision="trt"):
     """Three spheres (two with overlapping stencils, one across the periodic corner) moving
     and turning in a flow with a body force, between a resting and a moving wall; TRT, and an
     odd number of steps (the chunk ends after an even step: the in-place stream; the disks
-    below take BGK and an even number)."""
-    shape = (16, 14, 18)
+    below take BGK and an even number). 16^3 cells of float64 and 9 steps: the kernel runs on
+    rotated planes (``plane_shift``), the wall links on rotated slots."""
+    shape = (16, 16, 16)
     solid = walls_along_last_axis(shape)
     wall_velocity = np.zeros((3, *shape))
-    wall_velocity[0, :, :, -1] = 0.02  # the top wall slides along x (Ladd)
+    # the top wall slides along x (Ladd), faster at larger x: each link's own term counts
+    wall_velocity[0, :, :, -1] = 0.02 * (1.0 + np.arange(shape[0]) / shape[0])[:, None]
     setup = FluidSetup(
         lattice=D3Q19, shape=shape, omega=1.0 / 0.8, dtype="float64", collision=collision,
         solid=solid, wall_velocity=wall_velocity, body_force=BodyForce((1e-5, 0.0, -2e-5)),
     )  # fmt: skip
-    position = [[7.3, 7.1, 6.9], [7.2, 7.3, 12.2], [0.2, 13.7, 9.5]]
+    position = [[7.3, 7.1, 6.4], [7.2, 7.3, 11.2], [0.2, 14.7, 8.5]]
     velocity = [[0.01, -0.02, 0.005], [0.0, 0.01, -0.01], [-0.01, 0.0, 0.02]]
     omega = [[0.0, 0.0, 0.01], [0.005, 0.0, 0.0], [0.0, -0.004, 0.0]]
+    assert plane_shift(setup, steps) == 1
     (xla_f, xla_track), (native_f, native_track) = both_runs(
         setup, spheres(position, velocity, omega, jnp.float64), steps, (0.02, 0.01, 0.0)
     )

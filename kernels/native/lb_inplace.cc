@@ -59,9 +59,10 @@ namespace {
 
 struct Grid {
   idx nx, ny, nz, n;  // n = nx * ny * nz cells
-  // Rotated planes (one-device chunks, ``rotation``): direction k's plane holds row r of the
-  // grid at row (r + k shift) mod (nx ny), so that the q planes' copies of one cell do not all
-  // fall into one cache set when n is a multiple of a large power of two; 0: natural layout.
+  // Rotated planes (one-device chunks, solver/fluid/inplace_step.py plane_shift): direction
+  // k's plane holds row r of the grid at row (r + k shift) mod (nx ny), so that the q planes'
+  // copies of one cell do not all fall into one cache set when n is a multiple of a large
+  // power of two; 0: the natural layout.
   idx shift = 0;
   // the row index x ny + y, both periodic
   idx rindex(idx x, idx y) const {
@@ -469,18 +470,6 @@ void stream_pairs(S* A, const uint8_t* solid, const Grid& g, const int64_t* slot
   }
 }
 
-// The row shift of rotated planes (Grid::shift) for a chunk of ``steps`` steps on g: one row
-// per direction where a plane's size is a multiple of 1 KiB (then the q copies of a cell share
-// at most 4 of the 64 sets of a 32 KiB L1 and one set of L2: 128^3 ran at 129 MLUPS against
-// 204 at 127^3, docs/performance.md "Rotated planes"), else 0. Rotating in and out costs about
-// two sweeps' memory traffic, so short chunks keep the natural layout.
-template <class L, class S>
-idx rotation(const Grid& g, int64_t steps) {
-  const bool aligned = (size_t(g.n) * sizeof(S)) % 1024 == 0;
-  const bool fits = idx(L::Q) < g.nx * g.ny;  // dir shift < nx ny for every direction
-  return aligned && fits && steps >= 8 ? 1 : 0;
-}
-
 // Plane k moved by k shift rows (in: row r to r + k shift, mod nx ny; out: back), in place
 // but for one thread's copy of the rows that wrap around.
 template <class L, class S>
@@ -516,15 +505,30 @@ std::vector<int64_t> rotated_slots(const Grid& g, const int64_t* slots, idx link
   return out;
 }
 
+// The inverse of rotated_slots: slots of the rotated planes as natural ones.
+template <class L>
+std::vector<int64_t> natural_slots(const Grid& g, const int64_t* slots, idx links) {
+  const idx rows = g.nx * g.ny;
+  std::vector<int64_t> out(2 * links);
+#pragma omp parallel for schedule(static)
+  for (idx i = 0; i < 2 * links; ++i) {
+    const int64_t k = slots[i] / g.n, at = slots[i] % g.n;
+    const idx r = at / g.nz - (k * g.shift) % rows;
+    out[i] = k * g.n + (r < 0 ? r + rows : r) * g.nz + at % g.nz;
+  }
+  return out;
+}
+
 template <class L, class S, class T, bool SOLID, bool FORCE, bool LES>
 void run_chunk(S* A, const uint8_t* solid, const int64_t* slots, const T* ladd, idx links,
-               const Grid& g, const T* forces, int64_t steps, Rates<T> r) {
+               const Grid& g, const T* forces, int64_t steps, Rates<T> r, idx shift) {
   T zero[3] = {0, 0, 0};
   auto force_at = [&](int64_t s) -> const T* { return FORCE ? forces + 3 * s : zero; };
-  // the sweeps on rotated planes; the chunk's end (stream_pairs, rest_in_solids) on the
-  // natural layout again, which is what it reads and writes
+  // the sweeps on rotated planes (``shift``: solver/fluid/inplace_step.py plane_shift); the
+  // chunk's end (stream_pairs, rest_in_solids) on the natural layout again, which is what it
+  // reads and writes
   Grid gr = g;
-  gr.shift = rotation<L, S>(g, steps);
+  gr.shift = shift;
   std::vector<int64_t> moved;
   const int64_t* rs = slots;
   if (gr.shift) {
@@ -761,9 +765,12 @@ template <class L, class S, class T>
 ffi::Error chunk_impl(ffi::AnyBuffer populations, ffi::AnyBuffer solid, ffi::AnyBuffer slots,
                       ffi::AnyBuffer ladd, ffi::AnyBuffer forces, ffi::Result<ffi::AnyBuffer> out,
                       int64_t steps, double omega_plus, double omega_minus, int64_t walls,
-                      int64_t force, double les_scale, double trt_magic) {
+                      int64_t force, double les_scale, double trt_magic, int64_t shift) {
   Grid g{};
   if (auto e = grid_of<L>(populations, g); e.failure()) return e;
+  if (shift < 0 || (shift > 0 && idx(L::Q) * shift >= g.nx * g.ny)) {
+    return ffi::Error::InvalidArgument("shift must be 0, or below nx ny / q rows");
+  }
   S* A = static_cast<S*>(out->untyped_data());
   const S* in = static_cast<const S*>(populations.untyped_data());
   if (populations.size_bytes() != static_cast<size_t>(L::Q * g.n) * sizeof(S)) {
@@ -791,7 +798,7 @@ ffi::Error chunk_impl(ffi::AnyBuffer populations, ffi::AnyBuffer solid, ffi::Any
   const Rates<T> r = rates_of<T>(omega_plus, omega_minus, les_scale, trt_magic);
   dispatch(walls, force, les_scale > 0, [&](auto solid_c, auto force_c, auto les_c) {
     run_chunk<L, S, T, decltype(solid_c)::value, decltype(force_c)::value,
-              decltype(les_c)::value>(A, s, sl, la, links, g, F, steps, r);
+              decltype(les_c)::value>(A, s, sl, la, links, g, F, steps, r, shift);
   });
   return ffi::Error::Success();
 }
@@ -806,7 +813,8 @@ ffi::Error chunk_impl(ffi::AnyBuffer populations, ffi::AnyBuffer solid, ffi::Any
 // (steps, 3); attributes:
 // steps, omega_plus, omega_minus (= omega_plus for BGK), walls (0 none, 1 solid nodes),
 // force (0/1), les_scale (18 sqrt(2) C_s^2 of the Smagorinsky model; 0 without it),
-// trt_magic (Lambda: the odd rate of TRT follows the local even rate under LES; < 0 for BGK).
+// trt_magic (Lambda: the odd rate of TRT follows the local even rate under LES; < 0 for BGK),
+// shift (rows per direction of rotated planes, Grid::shift; 0: the natural layout).
 #define LB_HANDLER(NAME, LAT, STORED, TYPE)                                              \
   XLA_FFI_DEFINE_HANDLER_SYMBOL(NAME, (chunk_impl<LAT, STORED, TYPE>),                   \
                                 ffi::Ffi::Bind()                                         \
@@ -822,7 +830,8 @@ ffi::Error chunk_impl(ffi::AnyBuffer populations, ffi::AnyBuffer solid, ffi::Any
                                     .Attr<int64_t>("walls")                              \
                                     .Attr<int64_t>("force")                              \
                                     .Attr<double>("les_scale")                           \
-                                    .Attr<double>("trt_magic"));
+                                    .Attr<double>("trt_magic")                           \
+                                    .Attr<int64_t>("shift"));
 
 // One library per lattice, storage and compute type (LB_LATTICE, LB_STORAGE, LB_TYPE set by
 // the build): each builds in a fraction of the time of all, and a run builds only its own.
@@ -871,7 +880,8 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(LbPsmStep, (psm_impl<LB_LATTICE, LB_STORAGE, LB_TY
                                   .Attr<double>("les_scale")
                                   .Attr<double>("trt_magic")
                                   .Attr<double>("tau")
-                                  .Attr<int64_t>("fraction"));
+                                  .Attr<int64_t>("fraction")
+                                  .Attr<int64_t>("shift"));
 
 // The lattice tables the library was built with, for the check against kernels/lattices.py:
 // writes q rows of (cx, cy, cz, opposite) and the q weights; returns q (0 for an unknown name).

@@ -27,13 +27,19 @@ import numpy as np
 from jax import lax
 
 from solver.fluid.collide import body_force_at
-from solver.fluid.inplace_step import kernel_attributes, solid_links, unsupported
+from solver.fluid.inplace_step import (
+    kernel_attributes,
+    plane_shift,
+    rotated_slots,
+    solid_links,
+    unsupported,
+)
 from solver.fluid.native import target_name
 from solver.fluid.setup import FluidSetup
 from solver.fluid.step import SINGLE, FluidGeometry, FluidState
 
 # LbPsmStep's phases (kernels/native/lb_psm.inc)
-EVEN, ODD, END_AFTER_EVEN, END_AFTER_ODD = 0, 1, 2, 3
+EVEN, ODD, END_AFTER_EVEN, END_AFTER_ODD, ROTATE = 0, 1, 2, 3, 4
 
 
 def make_native_coupled_chunk(setup: FluidSetup, coupling) -> Callable:
@@ -55,7 +61,6 @@ def make_native_coupled_chunk(setup: FluidSetup, coupling) -> Callable:
     target = target_name(lat, stored, psm=True)
     has_solid = setup.solid is not None and bool(np.any(setup.solid))
     links, ladd = solid_links(setup) if has_solid else (np.zeros((0, 2), np.int64), np.zeros(0))
-    link_words = jnp.asarray(np.ascontiguousarray(links).view(np.uint32))
     ladd = jnp.asarray(ladd, dtype)
     # the kernel's grid is 3D: a 2D force (F_x, F_y) acts along its axes (x, z)
     axes = [0, 1, 2] if lat.d == 3 else [0, 2]
@@ -68,9 +73,13 @@ def make_native_coupled_chunk(setup: FluidSetup, coupling) -> Callable:
 
     width = stages.width
 
-    def kernel(populations, solid, force3, flat, rows, phase: int):
+    def kernel(populations, solid, force3, flat, rows, phase: int, shift: int):
         """One step of the kernel: (populations, per entry (E, 2 width): its cell's moments
-        and summed cover) from the stencil entries' cells flat (E,) and cover rows (E, width)."""
+        and summed cover) from the stencil entries' cells flat (E,) and cover rows (E, width),
+        on planes rotated by ``shift`` rows per direction (``plane_shift``: the wall links'
+        slots are given rotated; the kernel rotates them back for the END phases)."""
+        slots = np.ascontiguousarray(rotated_slots(setup, links, shift))
+        link_words = jnp.asarray(slots.view(np.uint32))
         entries = flat.shape[0]
         call = jax.ffi.ffi_call(
             target,
@@ -84,7 +93,7 @@ def make_native_coupled_chunk(setup: FluidSetup, coupling) -> Callable:
         )
         populations, per_entry, _, _ = call(
             populations, solid, link_words, ladd, force3, flat, rows,
-            phase=np.int64(phase), **attributes,
+            phase=np.int64(phase), shift=np.int64(shift), **attributes,
         )  # fmt: skip
         return populations, per_entry
 
@@ -97,6 +106,9 @@ def make_native_coupled_chunk(setup: FluidSetup, coupling) -> Callable:
 
     def chunk(state: FluidState, geometry: FluidGeometry, n: int, extra):
         solid = geometry.solid if has_solid else jnp.zeros((1,), bool)
+        shift = plane_shift(setup, n)
+        empty_cells = jnp.zeros((0,), jnp.int32)
+        empty_table = jnp.zeros((0, width), dtype)
 
         def step(populations, extra, time, phase: int):
             xs, vs, ws = stages.members(extra.state.bodies)
@@ -104,7 +116,7 @@ def make_native_coupled_chunk(setup: FluidSetup, coupling) -> Callable:
             force, force3 = force_of(time)
             populations, per_entry = kernel(
                 populations, solid, force3, stencil.flat.reshape(-1),
-                stencil.rows.reshape(-1, width), phase,
+                stencil.rows.reshape(-1, width), phase, shift,
             )  # fmt: skip
             rows = (per_entry[:, :width], per_entry[:, width:])
             force_sum, torque_sum = stages.sums(stencil, rows, force)
@@ -119,6 +131,11 @@ def make_native_coupled_chunk(setup: FluidSetup, coupling) -> Callable:
             return (populations, extra), jax.tree.map(lambda a, b: jnp.stack([a, b]), r1, r2)
 
         populations = state.populations
+        if shift:  # the planes rotated in for the chunk's steps
+            populations, _ = kernel(
+                populations, solid, force_of(state.time)[1], empty_cells, empty_table, ROTATE,
+                shift,
+            )  # fmt: skip
         reports = []
         pairs = n // 2
         if pairs:
@@ -129,13 +146,13 @@ def make_native_coupled_chunk(setup: FluidSetup, coupling) -> Callable:
         if n % 2:
             populations, extra, report = step(populations, extra, state.time + n - 1, EVEN)
             reports.append(jax.tree.map(lambda r: r[None], report))
-        # the natural layout at the chunk's end (an even step left it swapped), solids at rest
-        empty_cells = jnp.zeros((0,), jnp.int32)
-        empty_table = jnp.zeros((0, width), dtype)
+        # the natural layout at the chunk's end (planes rotated back; an even step left it
+        # swapped), solids at rest
         end = END_AFTER_EVEN if n % 2 else END_AFTER_ODD
-        if end == END_AFTER_EVEN or has_solid:
+        if end == END_AFTER_EVEN or has_solid or shift:
             populations, _ = kernel(
-                populations, solid, force_of(state.time)[1], empty_cells, empty_table, end
+                populations, solid, force_of(state.time)[1], empty_cells, empty_table, end,
+                shift,
             )  # fmt: skip
         reports = jax.tree.map(lambda *r: jnp.concatenate(r), *reports)
         new_state = FluidState(populations=populations, time=state.time + n)

@@ -142,6 +142,43 @@ def solid_links(setup: FluidSetup) -> tuple[np.ndarray, np.ndarray]:
     return np.concatenate(slots).astype(np.int64), np.concatenate(ladd)
 
 
+# Rotated planes (kernels/native/lb_inplace.cc Grid::shift): rows each direction's plane is
+# shifted by, and the shortest chunk worth it (rotating in and out costs about two sweeps'
+# memory traffic: docs/performance.md, "Rotated planes")
+ROTATION_MIN_STEPS = 8
+
+
+def kernel_grid(setup: FluidSetup) -> tuple[int, int, int]:
+    """(nx, ny, nz): the native kernel's 3D grid (a 2D lattice's (x, y) is its (x, z))."""
+    shape = setup.shape
+    return (shape[0], shape[1], shape[2]) if len(shape) == 3 else (shape[0], 1, shape[1])
+
+
+def plane_shift(setup: FluidSetup, steps: int) -> int:
+    """Rows by which the native kernel shifts direction k's plane (k times this) for a chunk
+    of ``steps`` steps: 1 where a plane is a multiple of 1 KiB, else 0 (the natural layout).
+
+    Why: the q planes are n cells apart, so where n times the stored size is a multiple of a
+    large power of two, a cell's q copies fall into one set of the L1 and L2 caches and evict
+    each other (D3Q19 float32 on this CPU: 129 MLUPS at 128^3, 204 at 127^3). Shifted by k
+    rows, copy k moves k rows' bytes on. Short chunks keep the natural layout."""
+    nx, ny, nz = kernel_grid(setup)
+    plane = setup.cells * np.dtype(setup.storage_dtype).itemsize
+    fits = setup.lattice.q < nx * ny  # every direction's shift below the plane's rows
+    return int(plane % 1024 == 0 and fits and steps >= ROTATION_MIN_STEPS)
+
+
+def rotated_slots(setup: FluidSetup, slots: np.ndarray, shift: int) -> np.ndarray:
+    """Flat slots k n + cell of the (q, *shape) populations (any shape of int64) as the slots
+    of the planes rotated by ``shift`` rows per direction (``plane_shift``)."""
+    if shift == 0:
+        return slots
+    nx, ny, nz = kernel_grid(setup)
+    n, rows = setup.cells, nx * ny
+    k, cell = np.divmod(slots, n)
+    return k * n + ((cell // nz + k * shift) % rows) * nz + cell % nz
+
+
 def kernel_rates(setup: FluidSetup) -> tuple[float, float]:
     """(omega_minus, les_scale) as the kernel takes them: TRT's odd rate (BGK: omega), and the
     Smagorinsky scale 18 sqrt(2) C_s^2 of kernels/collision.py (0: no subgrid model; TRT keeps
@@ -212,6 +249,7 @@ def make_inplace_chunk(
             jnp.asarray(ladd, dtype),
             forces,
             steps=np.int64(n),
+            shift=np.int64(plane_shift(setup, n)),
             **kernel_attributes(setup, has_solid),
         )
         new_state = FluidState(populations=populations, time=t0 + n)
