@@ -357,7 +357,7 @@ void sweep(S* A, const Grid& g, const T* F, Rates<T> r, S* G = nullptr,
           ra[k] = A + k * n + g.prow(k, row);
         }
       }
-      hook.before(x, y, rm, rp);
+      hook.before(x, y, ODD ? rm : ra, ODD ? rp : ra);
       // one cell; WRAP: z at an end of the row (periodic index), else plain offsets that the
       // vectoriser sees as contiguous
       auto cell = [&](idx z, auto wrap) __attribute__((always_inline)) {
@@ -395,7 +395,7 @@ void sweep(S* A, const Grid& g, const T* F, Rates<T> r, S* G = nullptr,
 #pragma omp simd
       for (idx zz = z; zz < nz - 1; ++zz) cell(zz, no{});
       if (nz > 1) cell(nz - 1, yes{});
-      hook.after(x, y, rm, rp);
+      hook.after(x, y, ODD ? rm : ra, ODD ? rp : ra);
     }
   }
 }
@@ -870,8 +870,6 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(LbPsmStep, (psm_impl<LB_LATTICE, LB_STORAGE, LB_TY
                                   .Arg<ffi::AnyBuffer>()  // their cover rows (E, d + 1)
                                   .Ret<ffi::AnyBuffer>()  // populations
                                   .Ret<ffi::AnyBuffer>()  // per entry: moments, cover (E, 2 (d + 1))
-                                  .Ret<ffi::AnyBuffer>()  // scratch: post (E, q)
-                                  .Ret<ffi::AnyBuffer>()  // scratch: owner (E,) int32
                                   .Attr<int64_t>("phase")
                                   .Attr<double>("omega_plus")
                                   .Attr<double>("omega_minus")

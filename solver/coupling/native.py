@@ -86,12 +86,10 @@ def make_native_coupled_chunk(setup: FluidSetup, coupling) -> Callable:
             (
                 jax.ShapeDtypeStruct(populations.shape, stored),
                 jax.ShapeDtypeStruct((entries, 2 * width), dtype),
-                jax.ShapeDtypeStruct((entries, lat.q), dtype),  # scratch
-                jax.ShapeDtypeStruct((entries,), jnp.int32),  # scratch
             ),
             input_output_aliases={0: 0},
         )
-        populations, per_entry, _, _ = call(
+        populations, per_entry = call(
             populations, solid, link_words, ladd, force3, flat, rows,
             phase=np.int64(phase), shift=np.int64(shift), **attributes,
         )  # fmt: skip
