@@ -65,9 +65,9 @@ struct Grid {
   // power of two; 0: the natural layout.
   idx shift = 0;
   // the row index x ny + y, both periodic
-  idx rindex(idx x, idx y) const {
-    x = (x % nx + nx) % nx;
-    y = (y % ny + ny) % ny;
+  idx rindex(idx x, idx y) const {  // x in [-nx, 2 nx), y in [-ny, 2 ny): compares, not modulos
+    x = x < 0 ? x + nx : (x >= nx ? x - nx : x);
+    y = y < 0 ? y + ny : (y >= ny ? y - ny : y);
     return x * ny + y;
   }
   // the natural offset of row (x, y): cells, solid flags, ghost planes
