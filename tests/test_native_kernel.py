@@ -22,7 +22,7 @@ import pytest
 from kernels.lattices import LATTICES
 from solver.errors import ConfigError
 from solver.fluid.config import parse_fluid
-from solver.fluid.inplace_step import make_inplace_chunk, require_native
+from solver.fluid.inplace_step import make_inplace_chunk, plane_shift, require_native
 from solver.fluid.native import built_tables
 from solver.fluid.setup import BodyForce, FluidSetup, OpenBoundary
 from solver.fluid.step import initial_state, make_chunk, make_geometry
@@ -250,16 +250,17 @@ def test_unsupported_set_ups_are_config_errors():
 )
 def test_rotated_planes_equal_the_natural_layout_bitwise(lattice, shape, dtype, storage, walls):
     """A chunk of 9 steps on a grid whose plane is a multiple of 1 KiB runs on rotated planes
-    (lb_inplace.cc ``rotation``: 8 steps or more); chunks of 4 and 5 steps keep the natural
-    layout. Moving walls (the link repairs on rotated slots) or a periodic box, a body force
-    and an odd length (the pairs streamed after rotating back): the same bits."""
+    (``plane_shift``: 8 steps or more); chunks of 4 and 5 steps keep the natural layout.
+    Moving walls (the link repairs on rotated slots) or a periodic box, a body force and an
+    odd length (the pairs streamed after rotating back): the same bits."""
     import dataclasses
 
     setup = _setup(lattice, shape, dtype=dtype, walls=walls, force=True)
     if storage is not None:
         setup = dataclasses.replace(setup, storage=storage)
     stored = np.dtype(storage or dtype).itemsize
-    assert setup.cells * stored % 1024 == 0  # rotated (the kernel's rule)
+    assert setup.cells * stored % 1024 == 0
+    assert plane_shift(setup, 9) == 1 and plane_shift(setup, 5) == 0
     chunk = jax.jit(make_inplace_chunk(setup), static_argnums=2)
     state, geometry = _state(setup, chunk, 3), make_geometry(setup)
     once = chunk(state, geometry, 9)[0]

@@ -493,19 +493,8 @@ void rotate_planes(S* A, const Grid& g, bool in) {
   }
 }
 
-// The link slots (k n + cell, natural layout) as slots of the rotated planes.
-template <class L>
-std::vector<int64_t> rotated_slots(const Grid& g, const int64_t* slots, idx links) {
-  std::vector<int64_t> out(2 * links);
-#pragma omp parallel for schedule(static)
-  for (idx i = 0; i < 2 * links; ++i) {
-    const int64_t k = slots[i] / g.n, cell = slots[i] % g.n;
-    out[i] = k * g.n + g.prow(int(k), cell / g.nz) + cell % g.nz;
-  }
-  return out;
-}
-
-// The inverse of rotated_slots: slots of the rotated planes as natural ones.
+// Slots of the rotated planes (as solver/fluid/inplace_step.py rotated_slots gives the links'
+// slots for a chunk on rotated planes) as slots of the natural layout, for the chunk's end.
 template <class L>
 std::vector<int64_t> natural_slots(const Grid& g, const int64_t* slots, idx links) {
   const idx rows = g.nx * g.ny;
@@ -521,33 +510,32 @@ std::vector<int64_t> natural_slots(const Grid& g, const int64_t* slots, idx link
 
 template <class L, class S, class T, bool SOLID, bool FORCE, bool LES>
 void run_chunk(S* A, const uint8_t* solid, const int64_t* slots, const T* ladd, idx links,
-               const Grid& g, const T* forces, int64_t steps, Rates<T> r, idx shift) {
+               const Grid& gr, const T* forces, int64_t steps, Rates<T> r) {
   T zero[3] = {0, 0, 0};
   auto force_at = [&](int64_t s) -> const T* { return FORCE ? forces + 3 * s : zero; };
-  // the sweeps on rotated planes (``shift``: solver/fluid/inplace_step.py plane_shift); the
-  // chunk's end (stream_pairs, rest_in_solids) on the natural layout again, which is what it
-  // reads and writes
-  Grid gr = g;
-  gr.shift = shift;
-  std::vector<int64_t> moved;
-  const int64_t* rs = slots;
-  if (gr.shift) {
-    rotate_planes<L, S>(A, gr, true);
-    if (SOLID) {
-      moved = rotated_slots<L>(gr, slots, links);
-      rs = moved.data();
-    }
-  }
+  // the sweeps on the planes rotated by gr.shift (solver/fluid/inplace_step.py plane_shift;
+  // the links' slots come rotated); the chunk's end (stream_pairs, rest_in_solids) on the
+  // natural layout g again, which is what it reads and writes
+  Grid g = gr;
+  g.shift = 0;
+  if (gr.shift) rotate_planes<L, S>(A, gr, true);
   int64_t s = 0;
   for (; s + 1 < steps; s += 2) {
     sweep<L, S, T, false, FORCE, LES>(A, gr, force_at(s), r);
-    if (SOLID) repair_links<L, S, T, false>(A, rs, ladd, links, g.n);
+    if (SOLID) repair_links<L, S, T, false>(A, slots, ladd, links, g.n);
     sweep<L, S, T, true, FORCE, LES>(A, gr, force_at(s + 1), r);
-    if (SOLID) repair_links<L, S, T, true>(A, rs, ladd, links, g.n);
+    if (SOLID) repair_links<L, S, T, true>(A, slots, ladd, links, g.n);
   }
   if (s < steps) sweep<L, S, T, false, FORCE, LES>(A, gr, force_at(s), r);
   if (gr.shift) rotate_planes<L, S>(A, gr, false);
-  if (s < steps) stream_pairs<L, S, T, SOLID>(A, solid, g, slots, ladd, links);
+  if (s < steps) {
+    std::vector<int64_t> back;
+    if (SOLID && gr.shift) {
+      back = natural_slots<L>(gr, slots, links);
+      slots = back.data();
+    }
+    stream_pairs<L, S, T, SOLID>(A, solid, g, slots, ladd, links);
+  }
   if (SOLID) rest_in_solids<L, S, T>(A, solid, g);
 }
 
@@ -710,6 +698,17 @@ ffi::Error grid_of(const ffi::AnyBuffer& populations, Grid& g) {
   return ffi::Error::Success();
 }
 
+// The rotated planes' shift (Grid::shift) for g, checked: every direction's rows within the
+// plane's rows (Grid::prow wraps once).
+template <class L>
+ffi::Error shift_of(int64_t shift, Grid& g) {
+  if (shift < 0 || (shift > 0 && idx(L::Q) * shift >= g.nx * g.ny)) {
+    return ffi::Error::InvalidArgument("shift must be 0, or below nx ny / q rows");
+  }
+  g.shift = shift;
+  return ffi::Error::Success();
+}
+
 template <class L, class S, class T>
 ffi::Error phase_impl(ffi::AnyBuffer populations, ffi::AnyBuffer exchange, ffi::AnyBuffer solid,
                       ffi::AnyBuffer own, ffi::AnyBuffer own_ladd, ffi::AnyBuffer shared,
@@ -768,9 +767,7 @@ ffi::Error chunk_impl(ffi::AnyBuffer populations, ffi::AnyBuffer solid, ffi::Any
                       int64_t force, double les_scale, double trt_magic, int64_t shift) {
   Grid g{};
   if (auto e = grid_of<L>(populations, g); e.failure()) return e;
-  if (shift < 0 || (shift > 0 && idx(L::Q) * shift >= g.nx * g.ny)) {
-    return ffi::Error::InvalidArgument("shift must be 0, or below nx ny / q rows");
-  }
+  if (auto e = shift_of<L>(shift, g); e.failure()) return e;
   S* A = static_cast<S*>(out->untyped_data());
   const S* in = static_cast<const S*>(populations.untyped_data());
   if (populations.size_bytes() != static_cast<size_t>(L::Q * g.n) * sizeof(S)) {
@@ -798,7 +795,7 @@ ffi::Error chunk_impl(ffi::AnyBuffer populations, ffi::AnyBuffer solid, ffi::Any
   const Rates<T> r = rates_of<T>(omega_plus, omega_minus, les_scale, trt_magic);
   dispatch(walls, force, les_scale > 0, [&](auto solid_c, auto force_c, auto les_c) {
     run_chunk<L, S, T, decltype(solid_c)::value, decltype(force_c)::value,
-              decltype(les_c)::value>(A, s, sl, la, links, g, F, steps, r, shift);
+              decltype(les_c)::value>(A, s, sl, la, links, g, F, steps, r);
   });
   return ffi::Error::Success();
 }

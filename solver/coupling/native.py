@@ -29,8 +29,8 @@ from jax import lax
 from solver.fluid.collide import body_force_at
 from solver.fluid.inplace_step import (
     kernel_attributes,
+    link_words,
     plane_shift,
-    rotated_slots,
     solid_links,
     unsupported,
 )
@@ -73,13 +73,11 @@ def make_native_coupled_chunk(setup: FluidSetup, coupling) -> Callable:
 
     width = stages.width
 
-    def kernel(populations, solid, force3, flat, rows, phase: int, shift: int):
+    def kernel(populations, solid, force3, flat, rows, phase: int, shift: int, words):
         """One step of the kernel: (populations, per entry (E, 2 width): its cell's moments
         and summed cover) from the stencil entries' cells flat (E,) and cover rows (E, width),
-        on planes rotated by ``shift`` rows per direction (``plane_shift``: the wall links'
-        slots are given rotated; the kernel rotates them back for the END phases)."""
-        slots = np.ascontiguousarray(rotated_slots(setup, links, shift))
-        link_words = jnp.asarray(slots.view(np.uint32))
+        on planes rotated by ``shift`` rows per direction (``plane_shift``; ``words``: the
+        wall links' slots for them, ``link_words``; the END phases rotate back)."""
         entries = flat.shape[0]
         call = jax.ffi.ffi_call(
             target,
@@ -90,7 +88,7 @@ def make_native_coupled_chunk(setup: FluidSetup, coupling) -> Callable:
             input_output_aliases={0: 0},
         )
         populations, per_entry = call(
-            populations, solid, link_words, ladd, force3, flat, rows,
+            populations, solid, words, ladd, force3, flat, rows,
             phase=np.int64(phase), shift=np.int64(shift), **attributes,
         )  # fmt: skip
         return populations, per_entry
@@ -105,6 +103,7 @@ def make_native_coupled_chunk(setup: FluidSetup, coupling) -> Callable:
     def chunk(state: FluidState, geometry: FluidGeometry, n: int, extra):
         solid = geometry.solid if has_solid else jnp.zeros((1,), bool)
         shift = plane_shift(setup, n)
+        words = link_words(setup, links, shift)
         empty_cells = jnp.zeros((0,), jnp.int32)
         empty_table = jnp.zeros((0, width), dtype)
 
@@ -114,7 +113,7 @@ def make_native_coupled_chunk(setup: FluidSetup, coupling) -> Callable:
             force, force3 = force_of(time)
             populations, per_entry = kernel(
                 populations, solid, force3, stencil.flat.reshape(-1),
-                stencil.rows.reshape(-1, width), phase, shift,
+                stencil.rows.reshape(-1, width), phase, shift, words,
             )  # fmt: skip
             rows = (per_entry[:, :width], per_entry[:, width:])
             force_sum, torque_sum = stages.sums(stencil, rows, force)
@@ -132,7 +131,7 @@ def make_native_coupled_chunk(setup: FluidSetup, coupling) -> Callable:
         if shift:  # the planes rotated in for the chunk's steps
             populations, _ = kernel(
                 populations, solid, force_of(state.time)[1], empty_cells, empty_table, ROTATE,
-                shift,
+                shift, words,
             )  # fmt: skip
         reports = []
         pairs = n // 2
@@ -150,7 +149,7 @@ def make_native_coupled_chunk(setup: FluidSetup, coupling) -> Callable:
         if end == END_AFTER_EVEN or has_solid or shift:
             populations, _ = kernel(
                 populations, solid, force_of(state.time)[1], empty_cells, empty_table, end,
-                shift,
+                shift, words,
             )  # fmt: skip
         reports = jax.tree.map(lambda *r: jnp.concatenate(r), *reports)
         new_state = FluidState(populations=populations, time=state.time + n)

@@ -179,6 +179,13 @@ def rotated_slots(setup: FluidSetup, slots: np.ndarray, shift: int) -> np.ndarra
     return k * n + ((cell // nz + k * shift) % rows) * nz + cell % nz
 
 
+def link_words(setup: FluidSetup, slots: np.ndarray, shift: int) -> Array:
+    """The links' slots (links, 2) int64 as the kernel takes them for planes rotated by
+    ``shift``: their uint32 words (JAX holds no int64 without x64 mode; the kernel reads the
+    same bytes as int64)."""
+    return jnp.asarray(np.ascontiguousarray(rotated_slots(setup, slots, shift)).view(np.uint32))
+
+
 def kernel_rates(setup: FluidSetup) -> tuple[float, float]:
     """(omega_minus, les_scale) as the kernel takes them: TRT's odd rate (BGK: omega), and the
     Smagorinsky scale 18 sqrt(2) C_s^2 of kernels/collision.py (0: no subgrid model; TRT keeps
@@ -222,14 +229,12 @@ def make_inplace_chunk(
     target = target_name(lat, stored)
     has_solid = setup.solid is not None and bool(np.any(setup.solid))
     slots, ladd = solid_links(setup) if has_solid else (np.zeros((0, 2), np.int64), np.zeros(0))
-    # the int64 slots travel as their uint32 words (JAX holds no int64 without x64 mode); the
-    # kernel reads the same bytes as int64
-    slot_words = np.ascontiguousarray(slots).view(np.uint32)
     # the kernel's grid is 3D: a 2D force (F_x, F_y) acts along its axes (x, z)
     axes = [0, 1, 2] if lat.d == 3 else [0, 2]
 
     def chunk(state: FluidState, geometry: FluidGeometry, n: int):
         t0 = state.time
+        shift = plane_shift(setup, n)
         forces = jnp.zeros((1, 3), dtype)
         if setup.body_force is not None:
             times = t0 + jnp.arange(n, dtype=jnp.int32)
@@ -245,11 +250,11 @@ def make_inplace_chunk(
         populations = call(
             state.populations,
             solid,
-            jnp.asarray(slot_words),
+            link_words(setup, slots, shift),
             jnp.asarray(ladd, dtype),
             forces,
             steps=np.int64(n),
-            shift=np.int64(plane_shift(setup, n)),
+            shift=np.int64(shift),
             **kernel_attributes(setup, has_solid),
         )
         new_state = FluidState(populations=populations, time=t0 + n)
