@@ -241,18 +241,24 @@ def test_unsupported_set_ups_are_config_errors():
 
 
 @pytest.mark.parametrize(
-    "lattice, shape, dtype, storage, walls",
+    "lattice, shape, dtype, storage, walls, shift",
     [
-        ("D2Q9", (16, 16), "float64", None, 2),
-        ("D3Q19", (8, 8, 8), "float32", None, 0),  # periodic: every corner cell is fluid
-        ("D2Q9", (16, 32), "float32", "float16", 2),  # the F16C path's blocks of eight
+        ("D2Q9", (16, 16), "float64", None, 2, 1),
+        ("D3Q19", (8, 8, 8), "float32", None, 0, 1),  # periodic: every corner cell is fluid
+        ("D2Q9", (16, 32), "float32", "float16", 2, 1),  # the F16C path's blocks of eight
+        # rows of 512 bytes: the longest odd shift the plane's rows allow (9 x 7 < 64)
+        ("D2Q9", (64, 64), "float64", None, 2, 7),
+        ("D3Q19", (8, 8, 128), "float32", None, 0, 3),  # periodic, 19 x 3 < 64
     ],
 )
-def test_rotated_planes_equal_the_natural_layout_bitwise(lattice, shape, dtype, storage, walls):
+def test_rotated_planes_equal_the_natural_layout_bitwise(
+    lattice, shape, dtype, storage, walls, shift
+):
     """A chunk of 9 steps on a grid whose plane is a multiple of 1 KiB runs on rotated planes
-    (``plane_shift``: 8 steps or more); chunks of 4 and 5 steps keep the natural layout.
-    Moving walls (the link repairs on rotated slots) or a periodic box, a body force and an
-    odd length (the pairs streamed after rotating back): the same bits."""
+    (``plane_shift``: 8 steps or more, ``shift`` rows per direction); chunks of 4 and 5 steps
+    keep the natural layout. Moving walls (the link repairs on rotated slots) or a periodic
+    box, a body force and an odd length (the pairs streamed after rotating back): the same
+    bits."""
     import dataclasses
 
     setup = _setup(lattice, shape, dtype=dtype, walls=walls, force=True)
@@ -260,7 +266,7 @@ def test_rotated_planes_equal_the_natural_layout_bitwise(lattice, shape, dtype, 
         setup = dataclasses.replace(setup, storage=storage)
     stored = np.dtype(storage or dtype).itemsize
     assert setup.cells * stored % 1024 == 0
-    assert plane_shift(setup, 9) == 1 and plane_shift(setup, 5) == 0
+    assert plane_shift(setup, 9) == shift and plane_shift(setup, 5) == 0
     chunk = jax.jit(make_inplace_chunk(setup), static_argnums=2)
     state, geometry = _state(setup, chunk, 3), make_geometry(setup)
     once = chunk(state, geometry, 9)[0]

@@ -142,10 +142,12 @@ def solid_links(setup: FluidSetup) -> tuple[np.ndarray, np.ndarray]:
     return np.concatenate(slots).astype(np.int64), np.concatenate(ladd)
 
 
-# Rotated planes (kernels/native/lb_inplace.cc Grid::shift): rows each direction's plane is
-# shifted by, and the shortest chunk worth it (rotating in and out costs about two sweeps'
-# memory traffic: docs/performance.md, "Rotated planes")
+# Rotated planes (kernels/native/lb_inplace.cc Grid::shift): the shortest chunk worth it
+# (rotating in and out costs about two sweeps' memory traffic: docs/performance.md, "Rotated
+# planes"), and the distance in bytes that direction k's plane is moved by, k times, where rows
+# are a multiple of 512 bytes
 ROTATION_MIN_STEPS = 8
+ROTATION_BYTES = 32 * 1024
 
 
 def kernel_grid(setup: FluidSetup) -> tuple[int, int, int]:
@@ -156,16 +158,27 @@ def kernel_grid(setup: FluidSetup) -> tuple[int, int, int]:
 
 def plane_shift(setup: FluidSetup, steps: int) -> int:
     """Rows by which the native kernel shifts direction k's plane (k times this) for a chunk
-    of ``steps`` steps: 1 where a plane is a multiple of 1 KiB, else 0 (the natural layout).
+    of ``steps`` steps, 0 for the natural layout: where a plane is a multiple of 1 KiB, 1 row,
+    or, where a row is a multiple of 512 bytes, the odd number of rows nearest above
+    ``ROTATION_BYTES``; at most the largest odd shift that keeps q times it below the
+    plane's rows. Short chunks keep the natural layout.
 
     Why: the q planes are n cells apart, so where n times the stored size is a multiple of a
     large power of two, a cell's q copies fall into one set of the L1 and L2 caches and evict
     each other (D3Q19 float32 on this CPU: 129 MLUPS at 128^3, 204 at 127^3). Shifted by k
-    rows, copy k moves k rows' bytes on. Short chunks keep the natural layout."""
+    rows, copy k moves k rows' bytes on. With rows of 512 bytes or more, one row is too short
+    a step: copy k's row y + 1 met copy k + 1's row y, and all copies fell into a few sets of
+    the L1 (measured at 256^3: 184 MLUPS with 1 row, 240 with 17 or 33; docs/performance.md,
+    "Rotated planes")."""
     nx, ny, nz = kernel_grid(setup)
-    plane = setup.cells * np.dtype(setup.storage_dtype).itemsize
-    fits = setup.lattice.q < nx * ny  # every direction's shift below the plane's rows
-    return int(plane % 1024 == 0 and fits and steps >= ROTATION_MIN_STEPS)
+    item = np.dtype(setup.storage_dtype).itemsize
+    if setup.cells * item % 1024 or steps < ROTATION_MIN_STEPS:
+        return 0
+    row = nz * item
+    want = 1 if row % 512 else -(-ROTATION_BYTES // row) | 1  # odd: not a power of two
+    most = (nx * ny - 1) // setup.lattice.q  # every direction's shift below the plane's rows
+    most -= 1 - most % 2
+    return max(min(want, most), 0)
 
 
 def rotated_slots(setup: FluidSetup, slots: np.ndarray, shift: int) -> np.ndarray:
