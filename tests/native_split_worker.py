@@ -21,7 +21,7 @@ from test_native_kernel import _setup  # noqa: E402
 from solver.distributed.decomposition import Decomposition  # noqa: E402
 from solver.distributed.halo import XlaHalo  # noqa: E402
 from solver.fluid.inplace_split import make_split_chunk  # noqa: E402
-from solver.fluid.inplace_step import kernel_rates, make_inplace_chunk  # noqa: E402
+from solver.fluid.inplace_step import kernel_rates, make_inplace_chunk, plane_shift  # noqa: E402
 from solver.fluid.step import FluidState, initial_state, make_geometry  # noqa: E402
 
 # (lattice, shape, dtype, storage, collision, walls (2: moving), force, les, shards, steps)
@@ -29,6 +29,10 @@ CASES = [
     ("D2Q9", (12, 10), "float64", None, "trt", 2, True, False, 4, (7, 4)),
     ("D3Q19", (8, 6, 10), "float64", None, "trt", 2, True, True, 2, (5, 4)),
     ("D3Q19", (8, 6, 10), "float32", "float16", "bgk", 1, False, False, 4, (5,)),
+    # blocks whose planes are a multiple of 1 KiB: chunks of 8 steps or more run on rotated
+    # planes (inplace_step.plane_shift), 7 on the natural layout
+    ("D2Q9", (64, 16), "float64", None, "trt", 2, True, False, 2, (9, 8)),
+    ("D3Q19", (16, 8, 16), "float32", None, "trt", 2, True, False, 2, (9,)),
 ]
 
 
@@ -82,6 +86,7 @@ def main() -> None:
                 "case": f"{lat} {collision} {storage or dtype} walls={walls} les={les}",
                 "shards": shards,
                 "steps": n,
+                "shift": plane_shift(setup, n, dec.local_shape),
                 "bitwise": bool(np.array_equal(a.view(np.uint8), b.view(np.uint8))),
                 "finite": bool(np.all(np.isfinite(a.astype(np.float64)))),
             }

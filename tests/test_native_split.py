@@ -62,10 +62,11 @@ def test_split_chunk_on_fake_devices_equals_one_device():
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     found = records(result.stdout)
-    assert len(found) == 5, result.stdout
+    assert len(found) == 8, result.stdout
     for r in found:
         assert r["finite"], r
         assert r["bitwise"], r
+    assert sum(r["shift"] > 0 for r in found) == 3, found  # rotated planes on the slabs
 
 
 def test_mpirun_native_cavity_equals_one_process(tmp_path):

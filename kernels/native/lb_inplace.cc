@@ -608,29 +608,41 @@ void repair_split(S* A, S* G, const int64_t* slots, const T* ladd, idx links, co
   }
 }
 
+// The x plane x of direction k's plane into (pack) or out of (unpack) ny nz contiguous
+// elements at E, row by row: on rotated planes (Grid::shift) its rows lie anywhere in the plane
+template <class S>
+void copy_plane(S* A, S* E, const Grid& g, int k, idx x, bool out) {
+  for (idx y = 0; y < g.ny; ++y) {
+    S* row = A + k * g.n + g.prow(k, x * g.ny + y);
+    if (out) {
+      std::memcpy(E + y * g.nz, row, g.nz * sizeof(S));
+    } else {
+      std::memcpy(row, E + y * g.nz, g.nz * sizeof(S));
+    }
+  }
+}
+
 // E = the slots the neighbours' odd sweeps read: E[0] my plane nx-1's directions with c_x = -1
 // (the high neighbour's G[0]), E[1] my plane 0's with c_x = +1 (the low neighbour's G[1])
 template <class L, class S>
-void pack(const S* A, S* E, const Grid& g) {
+void pack(S* A, S* E, const Grid& g) {
   constexpr int m = Grid::ghost_dirs<L>();
   const idx plane = g.ny * g.nz;
   for (int j = 0; j < m; ++j) {
-    std::memcpy(E + j * plane, A + ghost_dir<L>(-1, j) * g.n + (g.nx - 1) * plane,
-                plane * sizeof(S));
-    std::memcpy(E + (m + j) * plane, A + ghost_dir<L>(1, j) * g.n, plane * sizeof(S));
+    copy_plane(A, E + j * plane, g, ghost_dir<L>(-1, j), g.nx - 1, true);
+    copy_plane(A, E + (m + j) * plane, g, ghost_dir<L>(1, j), 0, true);
   }
 }
 
 // R = what the neighbours' odd sweeps pushed into their ghosts, that is into my cells: R[0]
 // (the high neighbour's G[0]) into my plane nx-1, R[1] (the low neighbour's G[1]) into plane 0
 template <class L, class S>
-void unpack(S* A, const S* R, const Grid& g) {
+void unpack(S* A, S* R, const Grid& g) {
   constexpr int m = Grid::ghost_dirs<L>();
   const idx plane = g.ny * g.nz;
   for (int j = 0; j < m; ++j) {
-    std::memcpy(A + ghost_dir<L>(-1, j) * g.n + (g.nx - 1) * plane, R + j * plane,
-                plane * sizeof(S));
-    std::memcpy(A + ghost_dir<L>(1, j) * g.n, R + (m + j) * plane, plane * sizeof(S));
+    copy_plane(A, R + j * plane, g, ghost_dir<L>(-1, j), g.nx - 1, false);
+    copy_plane(A, R + (m + j) * plane, g, ghost_dir<L>(1, j), 0, false);
   }
 }
 
@@ -656,12 +668,23 @@ void swap_pairs_split(S* A, S* G, const Grid& g) {
   }
 }
 
-enum Phase : int64_t { EVEN = 0, ODD = 1, TAIL = 2, FINISH = 3 };
+// ROTATE: the chunk's start on rotated planes (Grid::shift; solver/fluid/inplace_split.py):
+// the planes rotated in, no step. TAIL and FINISH rotate them back first and run on the
+// natural layout (their links' slots come natural).
+enum Phase : int64_t { EVEN = 0, ODD = 1, TAIL = 2, FINISH = 3, ROTATE = 4 };
 
 template <class L, class S, class T, bool SOLID, bool FORCE, bool LES>
 void run_phase(int64_t phase, bool unpack_first, S* A, S* G, S* pushes, const uint8_t* solid,
                const int64_t* own, const T* own_ladd, idx own_links, const int64_t* shared,
-               const T* shared_ladd, idx shared_links, const Grid& g, const T* F, Rates<T> r) {
+               const T* shared_ladd, idx shared_links, Grid g, const T* F, Rates<T> r) {
+  if (phase == ROTATE) {
+    if (g.shift) rotate_planes<L, S>(A, g, true);
+    return;
+  }
+  if ((phase == TAIL || phase == FINISH) && g.shift) {
+    rotate_planes<L, S>(A, g, false);
+    g.shift = 0;
+  }
   if (phase == EVEN || phase == FINISH) {
     if (unpack_first) unpack<L, S>(A, G, g);
     // the wall links read what this shard's odd sweep pushed into its ghosts (pushes), not
@@ -715,16 +738,18 @@ ffi::Error phase_impl(ffi::AnyBuffer populations, ffi::AnyBuffer exchange, ffi::
                       ffi::AnyBuffer shared_ladd, ffi::AnyBuffer force, ffi::AnyBuffer pushed,
                       ffi::Result<ffi::AnyBuffer> out, ffi::Result<ffi::AnyBuffer> out_exchange,
                       int64_t phase, int64_t unpack_first, double omega_plus, double omega_minus,
-                      int64_t walls, int64_t forced, double les_scale, double trt_magic) {
+                      int64_t walls, int64_t forced, double les_scale, double trt_magic,
+                      int64_t shift) {
   Grid g{};
   if (auto e = grid_of<L>(populations, g); e.failure()) return e;
+  if (auto e = shift_of<L>(shift, g); e.failure()) return e;
   constexpr int m = Grid::ghost_dirs<L>();
   if (populations.size_bytes() != static_cast<size_t>(L::Q * g.n) * sizeof(S) ||
       exchange.size_bytes() != static_cast<size_t>(2 * m * g.ny * g.nz) * sizeof(S)) {
     return ffi::Error::InvalidArgument("populations and exchange must be of the storage type, "
                                        "exchange (2, m, plane)");
   }
-  if (phase < EVEN || phase > FINISH) return ffi::Error::InvalidArgument("unknown phase");
+  if (phase < EVEN || phase > ROTATE) return ffi::Error::InvalidArgument("unknown phase");
   S* A = static_cast<S*>(out->untyped_data());
   S* G = static_cast<S*>(out_exchange->untyped_data());
   const S* A_in = static_cast<const S*>(populations.untyped_data());
@@ -854,7 +879,8 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(LbPhase, (phase_impl<LB_LATTICE, LB_STORAGE, LB_TY
                                   .Attr<int64_t>("walls")
                                   .Attr<int64_t>("force")
                                   .Attr<double>("les_scale")
-                                  .Attr<double>("trt_magic"));
+                                  .Attr<double>("trt_magic")
+                                  .Attr<int64_t>("shift"));
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(LbPsmStep, (psm_impl<LB_LATTICE, LB_STORAGE, LB_TYPE>),
                               ffi::Ffi::Bind()

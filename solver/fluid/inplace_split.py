@@ -20,7 +20,9 @@ EVEN, E and TAIL (the last stream as swaps of pairs, every pair with an end in t
 both shards swap a crossing pair on equal copies; no message back). The derivation and the
 ordering argument are in docs/performance.md ("The in-place scheme on several devices").
 Every sweep does the one-device kernel's arithmetic on the same values, so the split chunk
-equals the one-device chunk bitwise (tests/test_native_split.py).
+equals the one-device chunk bitwise (tests/test_native_split.py). Chunks of 8 steps or more
+run on rotated planes where the block's plane is a multiple of 1 KiB (``plane_shift``, as on
+one device): a ROTATE call first, and TAIL or FINISH rotate back.
 
 The wall links of a shard (a solid node s = x - c_k next to a fluid node x) come from the
 global geometry on the host: "own" links have x in the block (s anywhere, a ghost included),
@@ -40,12 +42,13 @@ from jax import Array
 
 from solver.distributed.halo import Halo
 from solver.fluid.collide import body_force_at
+from solver.fluid.inplace_step import ROTATION_MIN_STEPS, plane_shift, rotated_slots
 from solver.fluid.native import target_name
 from solver.fluid.padded import shift_blocks
 from solver.fluid.setup import FluidSetup
 from solver.fluid.step import FluidGeometry, FluidState
 
-EVEN, ODD, TAIL, FINISH = 0, 1, 2, 3
+EVEN, ODD, TAIL, FINISH, ROTATE = 0, 1, 2, 3, 4
 
 
 def ghost_directions(setup: FluidSetup) -> tuple[list[int], list[int]]:
@@ -205,26 +208,42 @@ def make_split_chunk(
     nx, plane = block[0], math.prod(block[1:])
     m = len(ghost_directions(setup)[1])
     has_solid = setup.solid is not None and bool(np.any(setup.solid))
+    # rotated planes (inplace_step.plane_shift) for chunks of ROTATION_MIN_STEPS or more: the
+    # steps run on them, TAIL and FINISH rotate back and take the natural slots
+    rotation = plane_shift(setup, ROTATION_MIN_STEPS, block)
     if has_solid:
         slabs = range(shards) if isinstance(shards, int) else shards
         per_shard = [link_tables(setup, block, p * nx) for p in slabs]
-        # int64 slots travel as uint32 words (no int64 without x64 mode); the kernel reads int64
-        own = _stacked([t[0] for t in per_shard], (2,)).view(np.uint32)
+        own = _stacked([t[0] for t in per_shard], (2,))
         own_ladd = _stacked([t[1] for t in per_shard], ())
-        shared = _stacked([t[2] for t in per_shard], (2,)).view(np.uint32)
+        shared = _stacked([t[2] for t in per_shard], (2,))
         shared_ladd = _stacked([t[3] for t in per_shard], ())
     else:
         count = shards if isinstance(shards, int) else len(shards)
-        own = shared = np.zeros((count, 1, 4), np.uint32)
+        own = shared = np.zeros((count, 1, 2), np.int64)
         own_ladd = shared_ladd = np.zeros((count, 1))
+
+    def words(slots: np.ndarray, shift: int) -> np.ndarray:
+        # int64 slots travel as uint32 words (no int64 without x64 mode); the kernel reads int64
+        return np.ascontiguousarray(rotated_slots(setup, slots, shift, block)).view(np.uint32)
+
+    natural = (words(own, 0), words(shared, 0))
+    rotated = (words(own, rotation), words(shared, rotation)) if has_solid else natural
     axes = [0, 1, 2] if lat.d == 3 else [0, 2]
     exchange = SlabExchange(halo, lat.d)
 
     def chunk(state: FluidState, geometry: FluidGeometry, n: int):
         t0 = state.time
         index = shard()
-        links = [jnp.asarray(own)[index], jnp.asarray(own_ladd, dtype)[index],
-                 jnp.asarray(shared)[index], jnp.asarray(shared_ladd, dtype)[index]]  # fmt: skip
+        shift = rotation if n >= ROTATION_MIN_STEPS else 0
+
+        def links_of(slots):
+            own_slots, shared_slots = (jnp.asarray(table)[index] for table in slots)
+            return [own_slots, jnp.asarray(own_ladd, dtype)[index],
+                    shared_slots, jnp.asarray(shared_ladd, dtype)[index]]  # fmt: skip
+
+        step_links = links_of(rotated if shift else natural)
+        end_links = links_of(natural) if shift and has_solid else step_links
         solid = geometry.solid if has_solid else jnp.zeros((1,), bool)
         call = jax.ffi.ffi_call(
             target,
@@ -243,9 +262,10 @@ def make_split_chunk(
 
         def phase(a, g, which: int, step, unpack: bool = True, pushes=None):
             pushes = g if pushes is None else pushes
+            links = end_links if which in (TAIL, FINISH) else step_links
             return call(
                 a, g, solid, *links, force(step), pushes,
-                phase=np.int64(which), unpack=np.int64(unpack),
+                phase=np.int64(which), unpack=np.int64(unpack), shift=np.int64(shift),
                 omega_plus=np.float64(setup.omega), omega_minus=np.float64(omega_minus),
                 walls=np.int64(has_solid), force=np.int64(setup.body_force is not None),
                 les_scale=np.float64(les_scale),
@@ -261,6 +281,8 @@ def make_split_chunk(
 
         a = state.populations
         r = pushed = jnp.zeros((2, m, plane), stored)
+        if shift:
+            a, _ = phase(a, r, ROTATE, 0)
         pairs = n // 2
         if pairs:
             a, r, pushed = pair(a, r, pushed, 0, unpack=False)

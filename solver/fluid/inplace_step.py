@@ -150,16 +150,18 @@ ROTATION_MIN_STEPS = 8
 ROTATION_BYTES = 32 * 1024
 
 
-def kernel_grid(setup: FluidSetup) -> tuple[int, int, int]:
-    """(nx, ny, nz): the native kernel's 3D grid (a 2D lattice's (x, y) is its (x, z))."""
-    shape = setup.shape
+def kernel_grid(setup: FluidSetup, shape: tuple[int, ...] | None = None) -> tuple[int, int, int]:
+    """(nx, ny, nz): the native kernel's 3D grid for ``shape`` (None: the setup's; a 2D
+    lattice's (x, y) is its (x, z))."""
+    shape = tuple(setup.shape if shape is None else shape)
     return (shape[0], shape[1], shape[2]) if len(shape) == 3 else (shape[0], 1, shape[1])
 
 
-def plane_shift(setup: FluidSetup, steps: int) -> int:
+def plane_shift(setup: FluidSetup, steps: int, shape: tuple[int, ...] | None = None) -> int:
     """Rows by which the native kernel shifts direction k's plane (k times this) for a chunk
-    of ``steps`` steps, 0 for the natural layout: where a plane is a multiple of 1 KiB, 1 row,
-    or, where a row is a multiple of 512 bytes, the odd number of rows nearest above
+    of ``steps`` steps on ``shape`` (None: the setup's grid; a shard's block on several
+    devices), 0 for the natural layout: where a plane is a multiple of 1 KiB, 1 row, or,
+    where a row is a multiple of 512 bytes, the odd number of rows nearest above
     ``ROTATION_BYTES``; at most the largest odd shift that keeps q times it below the
     plane's rows. Short chunks keep the natural layout.
 
@@ -170,9 +172,9 @@ def plane_shift(setup: FluidSetup, steps: int) -> int:
     a step: copy k's row y + 1 met copy k + 1's row y, and all copies fell into a few sets of
     the L1 (measured at 256^3: 184 MLUPS with 1 row, 240 with 17 or 33; docs/performance.md,
     "Rotated planes")."""
-    nx, ny, nz = kernel_grid(setup)
+    nx, ny, nz = kernel_grid(setup, shape)
     item = np.dtype(setup.storage_dtype).itemsize
-    if setup.cells * item % 1024 or steps < ROTATION_MIN_STEPS:
+    if nx * ny * nz * item % 1024 or steps < ROTATION_MIN_STEPS:
         return 0
     row = nz * item
     want = 1 if row % 512 else -(-ROTATION_BYTES // row) | 1  # odd: not a power of two
@@ -181,15 +183,20 @@ def plane_shift(setup: FluidSetup, steps: int) -> int:
     return max(min(want, most), 0)
 
 
-def rotated_slots(setup: FluidSetup, slots: np.ndarray, shift: int) -> np.ndarray:
-    """Flat slots k n + cell of the (q, *shape) populations (any shape of int64) as the slots
-    of the planes rotated by ``shift`` rows per direction (``plane_shift``)."""
+def rotated_slots(
+    setup: FluidSetup, slots: np.ndarray, shift: int, shape: tuple[int, ...] | None = None
+) -> np.ndarray:
+    """Flat slots k n + cell of the (q, *shape) populations (any shape of int64; ``shape``
+    None: the setup's grid) as the slots of the planes rotated by ``shift`` rows per
+    direction (``plane_shift``). Slots from q n on (a shard's ghost buffer, on several
+    devices) are not the planes' and stay."""
     if shift == 0:
         return slots
-    nx, ny, nz = kernel_grid(setup)
-    n, rows = setup.cells, nx * ny
+    nx, ny, nz = kernel_grid(setup, shape)
+    n, rows = nx * ny * nz, nx * ny
     k, cell = np.divmod(slots, n)
-    return k * n + ((cell // nz + k * shift) % rows) * nz + cell % nz
+    rotated = k * n + ((cell // nz + k * shift) % rows) * nz + cell % nz
+    return np.where(slots < setup.lattice.q * n, rotated, slots)
 
 
 def link_words(setup: FluidSetup, slots: np.ndarray, shift: int) -> Array:
