@@ -17,6 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from mpi import mpirun
 from solver_cli import run_solver
 from test_coupling_runs import FAST_COMPILE, SPLIT_RELATIVE, TINY, assert_close
 
@@ -172,10 +173,13 @@ def test_native_coupled_step_with_16_bit_storage(storage="float16", bound=1e-5):
     assert np.abs(native_track[:, :, 3:6] - xla_track[:, :, 3:6]).max() < 1e-4 * velocity_scale
 
 
-def test_a_coupled_case_runs_on_the_native_kernel_and_refuses_a_mesh(tmp_path):
+def test_a_coupled_case_runs_on_the_native_kernel_on_slabs_and_mpi_processes(tmp_path):
     """The app: the tiny settling sphere on the native kernel tracks its sphere and writes its
-    fluid as the XLA step does (float32 round-off); on two devices it is refused with the
-    reason (exit 2, one line, no traceback)."""
+    fluid as the XLA step does (float32 round-off); split into two slabs along x, on two fake
+    devices (xla halo, LbPsmPhase inside shard_map) and on two MPI processes (mpi halo), it
+    equals the one-device native run to the same bound (the forces on the sphere are summed
+    over the slabs in another order). Owned bodies are refused with the reason (exit 2, one
+    line, no traceback)."""
     runs = {}
     for kernel in ("xla", "native"):
         runs[kernel] = tmp_path / kernel
@@ -187,10 +191,28 @@ def test_a_coupled_case_runs_on_the_native_kernel_and_refuses_a_mesh(tmp_path):
     assert_close(runs["native"], runs["xla"], SPLIT_RELATIVE)
     config = json.loads((runs["native"] / "run.json").read_text())["config"]
     assert config["fluid"]["kernel"] == "native"
+    slabs = [*TINY, "checkpoint=none", "fluid.kernel=native", "domain.mesh=[2,1,1]"]
+    two = tmp_path / "two"
+    result = run_solver(
+        [*slabs, f"hydra.run.dir={two}"],
+        {"XLA_FLAGS": f"{FAST_COMPILE} --xla_force_host_platform_device_count=2"},
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert json.loads((two / "run.json").read_text())["domain"]["mesh"] == [2, 1, 1]
+    assert_close(two, runs["native"], SPLIT_RELATIVE)
+    processes = tmp_path / "mpi"
+    result = mpirun(
+        2,
+        ["-m", "solver", *slabs, "domain.halo=mpi", f"hydra.run.dir={processes}"],
+        extra_env={"XLA_FLAGS": FAST_COMPILE},
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert json.loads((processes / "run.json").read_text())["domain"]["processes"] == 2
+    assert_close(processes, runs["native"], SPLIT_RELATIVE)
     refused = run_solver(
-        [*TINY, "fluid.kernel=native", "domain.mesh=[2,1,1]", f"hydra.run.dir={tmp_path / 'two'}"],
+        [*slabs, "coupling.bodies=owned", f"hydra.run.dir={tmp_path / 'owned'}"],
         {"XLA_FLAGS": "--xla_force_host_platform_device_count=2"},
     )
     assert refused.returncode == 2, refused.stderr[-2000:]
-    assert "fluid.kernel" in refused.stderr and "one device" in refused.stderr
+    assert "fluid.kernel" in refused.stderr and "owned" in refused.stderr
     assert "Traceback" not in refused.stderr

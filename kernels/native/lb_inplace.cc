@@ -673,10 +673,13 @@ void swap_pairs_split(S* A, S* G, const Grid& g) {
 // natural layout (their links' slots come natural).
 enum Phase : int64_t { EVEN = 0, ODD = 1, TAIL = 2, FINISH = 3, ROTATE = 4 };
 
-template <class L, class S, class T, bool SOLID, bool FORCE, bool LES>
+// even_sweep(A, g) and odd_sweep(A, g, G): the sweeps (the fluid's, or with bodies in the
+// fluid lb_psm.inc's psm_sweep)
+template <class L, class S, class T, bool SOLID, class EvenSweep, class OddSweep>
 void run_phase(int64_t phase, bool unpack_first, S* A, S* G, S* pushes, const uint8_t* solid,
                const int64_t* own, const T* own_ladd, idx own_links, const int64_t* shared,
-               const T* shared_ladd, idx shared_links, Grid g, const T* F, Rates<T> r) {
+               const T* shared_ladd, idx shared_links, Grid g, EvenSweep even_sweep,
+               OddSweep odd_sweep) {
   if (phase == ROTATE) {
     if (g.shift) rotate_planes<L, S>(A, g, true);
     return;
@@ -693,13 +696,13 @@ void run_phase(int64_t phase, bool unpack_first, S* A, S* G, S* pushes, const ui
       repair_split<L, S, T, true>(A, pushes, own, own_ladd, own_links, g);
     }
     if (phase == EVEN) {
-      sweep<L, S, T, false, FORCE, LES>(A, g, F, r);
+      even_sweep(A, g);
       pack<L, S>(A, G, g);
     }
   } else {
     if (SOLID) repair_split<L, S, T, false>(A, G, own, own_ladd, own_links, g);
     if (phase == ODD) {
-      sweep<L, S, T, true, FORCE, LES>(A, g, F, r, G);
+      odd_sweep(A, g, G);
     } else {
       if (SOLID) repair_split<L, S, T, false>(A, G, shared, shared_ladd, shared_links, g);
       swap_pairs_split<L, S>(A, G, g);
@@ -732,15 +735,26 @@ ffi::Error shift_of(int64_t shift, Grid& g) {
   return ffi::Error::Success();
 }
 
-template <class L, class S, class T>
-ffi::Error phase_impl(ffi::AnyBuffer populations, ffi::AnyBuffer exchange, ffi::AnyBuffer solid,
-                      ffi::AnyBuffer own, ffi::AnyBuffer own_ladd, ffi::AnyBuffer shared,
-                      ffi::AnyBuffer shared_ladd, ffi::AnyBuffer force, ffi::AnyBuffer pushed,
-                      ffi::Result<ffi::AnyBuffer> out, ffi::Result<ffi::AnyBuffer> out_exchange,
-                      int64_t phase, int64_t unpack_first, double omega_plus, double omega_minus,
-                      int64_t walls, int64_t forced, double les_scale, double trt_magic,
-                      int64_t shift) {
+// The split phase's buffers and settings, read from its FFI arguments and checked
+template <class S, class T>
+struct PhaseArgs {
   Grid g{};
+  S *A = nullptr, *G = nullptr, *P = nullptr;
+  const uint8_t* solid = nullptr;
+  const int64_t *own = nullptr, *shared = nullptr;
+  const T *own_ladd = nullptr, *shared_ladd = nullptr, *F = nullptr;
+  idx own_links = 0, shared_links = 0;
+  T zero[3] = {0, 0, 0};
+};
+
+template <class L, class S, class T>
+ffi::Error phase_args(PhaseArgs<S, T>& p, ffi::AnyBuffer populations, ffi::AnyBuffer exchange,
+                      ffi::AnyBuffer solid, ffi::AnyBuffer own, ffi::AnyBuffer own_ladd,
+                      ffi::AnyBuffer shared, ffi::AnyBuffer shared_ladd, ffi::AnyBuffer force,
+                      ffi::AnyBuffer pushed, ffi::Result<ffi::AnyBuffer>& out,
+                      ffi::Result<ffi::AnyBuffer>& out_exchange, int64_t phase, int64_t walls,
+                      int64_t forced, int64_t shift) {
+  Grid& g = p.g;
   if (auto e = grid_of<L>(populations, g); e.failure()) return e;
   if (auto e = shift_of<L>(shift, g); e.failure()) return e;
   constexpr int m = Grid::ghost_dirs<L>();
@@ -750,17 +764,17 @@ ffi::Error phase_impl(ffi::AnyBuffer populations, ffi::AnyBuffer exchange, ffi::
                                        "exchange (2, m, plane)");
   }
   if (phase < EVEN || phase > ROTATE) return ffi::Error::InvalidArgument("unknown phase");
-  S* A = static_cast<S*>(out->untyped_data());
-  S* G = static_cast<S*>(out_exchange->untyped_data());
+  p.A = static_cast<S*>(out->untyped_data());
+  p.G = static_cast<S*>(out_exchange->untyped_data());
   const S* A_in = static_cast<const S*>(populations.untyped_data());
   const S* G_in = static_cast<const S*>(exchange.untyped_data());
-  if (A != A_in) std::memcpy(A, A_in, populations.size_bytes());  // not aliased (XLA copied)
-  if (G != G_in) std::memcpy(G, G_in, exchange.size_bytes());
-  const idx own_links = static_cast<idx>(own_ladd.element_count());
-  const idx shared_links = static_cast<idx>(shared_ladd.element_count());
+  if (p.A != A_in) std::memcpy(p.A, A_in, populations.size_bytes());  // not aliased
+  if (p.G != G_in) std::memcpy(p.G, G_in, exchange.size_bytes());
+  p.own_links = static_cast<idx>(own_ladd.element_count());
+  p.shared_links = static_cast<idx>(shared_ladd.element_count());
   if (walls && (solid.element_count() != static_cast<size_t>(g.n) ||
-                own.size_bytes() != static_cast<size_t>(2 * own_links) * sizeof(int64_t) ||
-                shared.size_bytes() != static_cast<size_t>(2 * shared_links) * sizeof(int64_t))) {
+                own.size_bytes() != static_cast<size_t>(2 * p.own_links) * sizeof(int64_t) ||
+                shared.size_bytes() != static_cast<size_t>(2 * p.shared_links) * sizeof(int64_t))) {
     return ffi::Error::InvalidArgument("solid must be (*shape) bool, links (links, 2) int64");
   }
   if (forced && force.element_count() < 3) return ffi::Error::InvalidArgument("force is (3,)");
@@ -768,19 +782,42 @@ ffi::Error phase_impl(ffi::AnyBuffer populations, ffi::AnyBuffer exchange, ffi::
     return ffi::Error::InvalidArgument("pushes must be shaped as exchange");
   }
   // read only: the pushes of the previous odd sweep (EVEN, FINISH)
-  S* P = static_cast<S*>(const_cast<void*>(pushed.untyped_data()));
-  const uint8_t* s = static_cast<const uint8_t*>(solid.untyped_data());
-  const int64_t* ow = static_cast<const int64_t*>(own.untyped_data());
-  const int64_t* sh = static_cast<const int64_t*>(shared.untyped_data());
-  const T* owl = static_cast<const T*>(own_ladd.untyped_data());
-  const T* shl = static_cast<const T*>(shared_ladd.untyped_data());
-  const T zero[3] = {0, 0, 0};
-  const T* F = forced ? static_cast<const T*>(force.untyped_data()) : zero;
+  p.P = static_cast<S*>(const_cast<void*>(pushed.untyped_data()));
+  p.solid = static_cast<const uint8_t*>(solid.untyped_data());
+  p.own = static_cast<const int64_t*>(own.untyped_data());
+  p.shared = static_cast<const int64_t*>(shared.untyped_data());
+  p.own_ladd = static_cast<const T*>(own_ladd.untyped_data());
+  p.shared_ladd = static_cast<const T*>(shared_ladd.untyped_data());
+  p.F = forced ? static_cast<const T*>(force.untyped_data()) : p.zero;
+  return ffi::Error::Success();
+}
+
+template <class L, class S, class T>
+ffi::Error phase_impl(ffi::AnyBuffer populations, ffi::AnyBuffer exchange, ffi::AnyBuffer solid,
+                      ffi::AnyBuffer own, ffi::AnyBuffer own_ladd, ffi::AnyBuffer shared,
+                      ffi::AnyBuffer shared_ladd, ffi::AnyBuffer force, ffi::AnyBuffer pushed,
+                      ffi::Result<ffi::AnyBuffer> out, ffi::Result<ffi::AnyBuffer> out_exchange,
+                      int64_t phase, int64_t unpack_first, double omega_plus, double omega_minus,
+                      int64_t walls, int64_t forced, double les_scale, double trt_magic,
+                      int64_t shift) {
+  PhaseArgs<S, T> p;
+  if (auto e = phase_args<L, S, T>(p, populations, exchange, solid, own, own_ladd, shared,
+                                   shared_ladd, force, pushed, out, out_exchange, phase, walls,
+                                   forced, shift);
+      e.failure()) {
+    return e;
+  }
+  const T* F = p.F;
   const Rates<T> r = rates_of<T>(omega_plus, omega_minus, les_scale, trt_magic);
   dispatch(walls, forced, les_scale > 0, [&](auto solid_c, auto force_c, auto les_c) {
-    run_phase<L, S, T, decltype(solid_c)::value, decltype(force_c)::value,
-              decltype(les_c)::value>(phase, unpack_first != 0, A, G, P, s, ow, owl, own_links, sh,
-                                      shl, shared_links, g, F, r);
+    constexpr bool FORCE = decltype(force_c)::value, LES = decltype(les_c)::value;
+    run_phase<L, S, T, decltype(solid_c)::value>(
+        phase, unpack_first != 0, p.A, p.G, p.P, p.solid, p.own, p.own_ladd, p.own_links,
+        p.shared, p.shared_ladd, p.shared_links, p.g,
+        [&](S* a, const Grid& gr) { sweep<L, S, T, false, FORCE, LES>(a, gr, F, r); },
+        [&](S* a, const Grid& gr, S* ghosts) {
+          sweep<L, S, T, true, FORCE, LES>(a, gr, F, r, ghosts);
+        });
   });
   return ffi::Error::Success();
 }
@@ -903,6 +940,34 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(LbPsmStep, (psm_impl<LB_LATTICE, LB_STORAGE, LB_TY
                                   .Attr<double>("tau")
                                   .Attr<int64_t>("fraction")
                                   .Attr<int64_t>("shift"));
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(LbPsmPhase, (psm_phase_impl<LB_LATTICE, LB_STORAGE, LB_TYPE>),
+                              ffi::Ffi::Bind()
+                                  .Arg<ffi::AnyBuffer>()  // populations (q, *shape)
+                                  .Arg<ffi::AnyBuffer>()  // exchange (2, m, plane)
+                                  .Arg<ffi::AnyBuffer>()  // solid (*shape)
+                                  .Arg<ffi::AnyBuffer>()  // own links (links, 2) int64
+                                  .Arg<ffi::AnyBuffer>()  // their Ladd terms
+                                  .Arg<ffi::AnyBuffer>()  // shared links
+                                  .Arg<ffi::AnyBuffer>()  // their Ladd terms
+                                  .Arg<ffi::AnyBuffer>()  // this step's body force (3,)
+                                  .Arg<ffi::AnyBuffer>()  // the last odd sweep's pushes
+                                  .Arg<ffi::AnyBuffer>()  // stencil entries' cells (E,) int32
+                                  .Arg<ffi::AnyBuffer>()  // their cover rows (E, d + 1)
+                                  .Ret<ffi::AnyBuffer>()  // populations
+                                  .Ret<ffi::AnyBuffer>()  // exchange
+                                  .Ret<ffi::AnyBuffer>()  // per entry: moments, cover
+                                  .Attr<int64_t>("phase")
+                                  .Attr<int64_t>("unpack")
+                                  .Attr<double>("omega_plus")
+                                  .Attr<double>("omega_minus")
+                                  .Attr<int64_t>("walls")
+                                  .Attr<int64_t>("force")
+                                  .Attr<double>("les_scale")
+                                  .Attr<double>("trt_magic")
+                                  .Attr<int64_t>("shift")
+                                  .Attr<double>("tau")
+                                  .Attr<int64_t>("fraction"));
 
 // The lattice tables the library was built with, for the check against kernels/lattices.py:
 // writes q rows of (cx, cy, cz, opposite) and the q weights; returns q (0 for an unknown name).

@@ -13,8 +13,10 @@ fluid: the coupled step").
 
 Results equal the XLA coupled step to round-off (tests/test_coupling_native.py: float64 to
 1e-12, float16 storage to one unit of the stored half, a float32 run through the app to 1e-5
-relative). One device only: a mesh is refused by ``require_kernel`` before anything is
-traced.
+relative). On slabs along x (several devices or MPI processes) ``make_native_coupled_split_chunk``
+runs the split phases of solver/fluid/inplace_split.py with the same row hook (LbPsmPhase)
+and adds the bodies' forces over the shards; owned bodies are refused by ``require_kernel``
+before anything is traced.
 """
 
 from __future__ import annotations
@@ -26,9 +28,12 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from solver.distributed.halo import Halo
 from solver.fluid.collide import body_force_at
+from solver.fluid.inplace_split import SplitBodies, make_split_chunk
 from solver.fluid.inplace_step import (
     kernel_attributes,
+    kernel_rates,
     link_words,
     plane_shift,
     solid_links,
@@ -156,3 +161,48 @@ def make_native_coupled_chunk(setup: FluidSetup, coupling) -> Callable:
         return new_state, jnp.zeros((n, setup.force_width), dtype), extra, reports
 
     return chunk
+
+
+def make_native_coupled_split_chunk(
+    setup: FluidSetup,
+    coupling,
+    block: tuple[int, ...],
+    halo: Halo,
+    shard: Callable,
+    shards,
+) -> Callable:
+    """chunk(state, geometry, n, extra) -> (state, forces, extra, reports) on this shard's
+    slab (``block``; the grid split along x, solver/fluid/inplace_split.py, whose arguments
+    ``halo``, ``shard`` and ``shards`` are), for a ``PsmCoupling`` with replicated bodies: each
+    EVEN and ODD call collides this block's covered cells (LbPsmPhase), and the bodies' force
+    and torque are this block's sums added over the shards (``halo.sum`` in the stages'
+    advance), as the XLA coupled step does.
+
+    Raises:
+        ValueError: the native kernel does not cover the setup, or the bodies are owned.
+    """
+    reason = unsupported(setup, "native")
+    if reason is not None:
+        raise ValueError(f"fluid.kernel=native does not support {reason}")
+    if coupling.owned is not None:
+        raise ValueError("fluid.kernel=native takes replicated bodies (coupling.bodies)")
+    stages = coupling.stages(setup, halo)
+    width = stages.width
+    block = tuple(int(b) for b in block)
+
+    def entries(extra, time):
+        xs, vs, ws = stages.members(extra.state.bodies)
+        stencil = stages.cover(time, xs, vs, ws, None, block)
+        return stencil.flat.reshape(-1), stencil.rows.reshape(-1, width), (stencil, xs)
+
+    def advance(extra, per_entry, context, time):
+        stencil, xs = context
+        rows = (per_entry[:, :width], per_entry[:, width:])
+        force_sum, torque_sum = stages.sums(stencil, rows, body_force_at(setup, time))
+        return stages.advance(extra, force_sum, torque_sum, xs)
+
+    attributes = dict(
+        tau=np.float64(setup.tau), fraction=np.int64(coupling.weighting == "fraction")
+    )
+    bodies = SplitBodies(width, attributes, entries, advance)
+    return make_split_chunk(setup, block, halo, shard, shards, *kernel_rates(setup), bodies)

@@ -217,12 +217,17 @@ class Distribution:
         reports) of ``solver.fluid.step.make_coupled_chunk``; ``extra`` (the coupled bodies)
         is replicated on every shard. The state and extra are donated, n is static."""
         if setup.kernel != "xla":  # exit 2 where the one-buffer kernel cannot take the bodies
-            require_kernel(setup, shards=self.decomposition.shards, coupled=True)
-        if setup.kernel == "native":  # one device (require_kernel)
-            from solver.coupling.native import make_native_coupled_chunk  # the coupling's part
-
-            local = make_native_coupled_chunk(setup, coupling)
-        elif self.backend == "single":
+            decomposition = self.decomposition
+            require_kernel(
+                setup, shards=decomposition.shards, coupled=True, mesh=tuple(decomposition.mesh)
+            )
+        if setup.kernel == "native":  # replicated bodies (require_kernel)
+            return jax.jit(
+                self._native_coupled_chunk(setup, coupling),
+                static_argnums=2,
+                donate_argnums=(0, 3),
+            )
+        if self.backend == "single":
             local = make_coupled_chunk(setup, SINGLE, coupling)
         elif self.backend == "mpi":
             halo = MpiHalo(self.decomposition, self.runtime.comm)
@@ -244,6 +249,42 @@ class Distribution:
                 return mapped(state, geometry, extra)
 
         return jax.jit(local, static_argnums=2, donate_argnums=(0, 3))
+
+    def _native_coupled_chunk(self, setup: FluidSetup, coupling: StepCoupling) -> Callable:
+        """The native kernel's coupled chunk: on one device (solver/coupling/native.py), on
+        this process's slab (mpi) or on every shard's slab inside ``shard_map`` (xla)."""
+        # the coupling's part of the solver, imported where it is used
+        from solver.coupling.native import (
+            make_native_coupled_chunk,
+            make_native_coupled_split_chunk,
+        )
+
+        if self.backend == "single":
+            return make_native_coupled_chunk(setup, coupling)
+        decomposition = self.decomposition
+        block, shards = decomposition.local_shape, decomposition.shards
+        if self.backend == "mpi":
+            halo = MpiHalo(decomposition, self.runtime.comm)
+            return make_native_coupled_split_chunk(
+                setup, coupling, block, halo, lambda: 0, [halo.coords[0]]
+            )
+        name = decomposition.axis_names[0]
+        inner = make_native_coupled_split_chunk(
+            setup, coupling, block, XlaHalo(decomposition), lambda: lax.axis_index(name), shards
+        )
+        state_spec = FluidState(populations=self._spec(1), time=P())
+        geometry_spec = make_geometry(setup, lambda arr, dtype, lead, face: self._spec(lead, face))
+
+        def local(state, geometry, n, extra):
+            mapped = jax.shard_map(
+                lambda s, g, e: inner(s, g, n, e),
+                mesh=self.mesh,
+                in_specs=(state_spec, geometry_spec, P()),
+                out_specs=(state_spec, P(), P(), P()),
+            )
+            return mapped(state, geometry, extra)
+
+        return local
 
     def exchange_probe(self, setup: FluidSetup) -> Callable[[Array], Array] | None:
         """jit-compiled probe(populations) -> one value per shard: the step's halo messages

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import jax
 import jax.numpy as jnp
@@ -49,6 +50,22 @@ from solver.fluid.setup import FluidSetup
 from solver.fluid.step import FluidGeometry, FluidState
 
 EVEN, ODD, TAIL, FINISH, ROTATE = 0, 1, 2, 3, 4
+
+
+@dataclass(frozen=True)
+class SplitBodies:
+    """Bodies in the fluid on the split chunk (solver/coupling/native.py): every EVEN and ODD
+    call collides the covered cells of its block with the PSM blend (LbPsmPhase).
+
+    ``entries(extra, time)`` -> (flat (E,) int32, rows (E, width), context): the stencil
+    entries' cells in this block and cover rows; ``advance(extra, per_entry, context, time)``
+    -> (extra, report): the bodies one fluid step on from the kernel's per-entry moments and
+    summed cover (E, 2 width); ``attributes``: the kernel's tau and fraction."""
+
+    width: int
+    attributes: dict
+    entries: Callable
+    advance: Callable
 
 
 def ghost_directions(setup: FluidSetup) -> tuple[list[int], list[int]]:
@@ -191,9 +208,12 @@ def make_split_chunk(
     shards: int | Sequence[int],
     omega_minus: float,
     les_scale: float,
-) -> Callable[[FluidState, FluidGeometry, int], tuple[FluidState, Array]]:
+    bodies: SplitBodies | None = None,
+) -> Callable:
     """chunk(state, geometry, n) on this shard's block (cells per axis; the grid split along x
-    only into slabs), the signature of ``solver.fluid.step.make_chunk``.
+    only into slabs), the signature of ``solver.fluid.step.make_chunk``; with ``bodies``
+    chunk(state, geometry, n, extra) -> (state, forces, extra, reports), the signature of
+    ``solver.fluid.step.make_coupled_chunk``.
 
     ``shards``: the number of slabs, every one of which may run this program (inside
     ``shard_map``), or the x indices of the only ones that will (one process per slab: its
@@ -203,7 +223,7 @@ def make_split_chunk(
     """
     lat, dtype = setup.lattice, jnp.dtype(setup.dtype)
     stored = jnp.dtype(setup.storage_dtype)
-    target = target_name(lat, stored, phases=True)
+    target = target_name(lat, stored, phases=True, psm=bodies is not None)
     block = tuple(int(b) for b in block)
     nx, plane = block[0], math.prod(block[1:])
     m = len(ghost_directions(setup)[1])
@@ -232,7 +252,7 @@ def make_split_chunk(
     axes = [0, 1, 2] if lat.d == 3 else [0, 2]
     exchange = SlabExchange(halo, lat.d)
 
-    def chunk(state: FluidState, geometry: FluidGeometry, n: int):
+    def chunk(state: FluidState, geometry: FluidGeometry, n: int, extra=None):
         t0 = state.time
         index = shard()
         shift = rotation if n >= ROTATION_MIN_STEPS else 0
@@ -245,14 +265,6 @@ def make_split_chunk(
         step_links = links_of(rotated if shift else natural)
         end_links = links_of(natural) if shift and has_solid else step_links
         solid = geometry.solid if has_solid else jnp.zeros((1,), bool)
-        call = jax.ffi.ffi_call(
-            target,
-            (
-                jax.ShapeDtypeStruct(state.populations.shape, stored),
-                jax.ShapeDtypeStruct((2, m, plane), stored),
-            ),
-            input_output_aliases={0: 0, 1: 1},
-        )
 
         def force(step):
             if setup.body_force is None:
@@ -260,40 +272,82 @@ def make_split_chunk(
             value = jnp.stack(body_force_at(setup, t0 + step)).astype(dtype)
             return jnp.zeros(3, dtype).at[jnp.array(axes)].set(value)
 
-        def phase(a, g, which: int, step, unpack: bool = True, pushes=None):
+        def phase(a, g, which: int, step, unpack: bool = True, pushes=None, entries=None):
+            """One call: (a, g), and with bodies the per-entry results of ``entries`` (flat,
+            rows; None: none, in the phases without a sweep) last."""
             pushes = g if pushes is None else pushes
             links = end_links if which in (TAIL, FINISH) else step_links
-            return call(
-                a, g, solid, *links, force(step), pushes,
+            outputs = [
+                jax.ShapeDtypeStruct(a.shape, stored),
+                jax.ShapeDtypeStruct((2, m, plane), stored),
+            ]
+            extra_args, attributes = [], {}
+            if bodies is not None:
+                w = bodies.width
+                flat, rows = entries or (jnp.zeros((0,), jnp.int32), jnp.zeros((0, w), dtype))
+                outputs.append(jax.ShapeDtypeStruct((flat.shape[0], 2 * w), dtype))
+                extra_args, attributes = [flat, rows], bodies.attributes
+            call = jax.ffi.ffi_call(target, tuple(outputs), input_output_aliases={0: 0, 1: 1})
+            out = call(
+                a, g, solid, *links, force(step), pushes, *extra_args,
                 phase=np.int64(which), unpack=np.int64(unpack), shift=np.int64(shift),
                 omega_plus=np.float64(setup.omega), omega_minus=np.float64(omega_minus),
                 walls=np.int64(has_solid), force=np.int64(setup.body_force is not None),
                 les_scale=np.float64(les_scale),
                 trt_magic=np.float64(setup.trt_magic if setup.collision == "trt" else -1.0),
+                **attributes,
             )  # fmt: skip
+            return out if entries is not None else out[:2]
+
+        def swept(a, g, which: int, step, unpack: bool, pushes, extra):
+            """An EVEN or ODD call: (a, g, extra, report), the bodies moved by it (no bodies:
+            extra and report None)."""
+            if bodies is None:
+                a, g = phase(a, g, which, step, unpack, pushes)
+                return a, g, extra, None
+            flat, rows, context = bodies.entries(extra, t0 + step)
+            a, g, per_entry = phase(a, g, which, step, unpack, pushes, (flat, rows))
+            extra, report = bodies.advance(extra, per_entry, context, t0 + step)
+            return a, g, extra, report
 
         # the carry: populations, the neighbours' pushes R and this shard's own (the wall
-        # links of the previous odd sweep read them)
-        def pair(a, r, pushed, step, unpack: bool):
-            a, e = phase(a, r, EVEN, step, unpack, pushed)
-            a, g = phase(a, exchange.read_ghosts(e), ODD, step + 1)
-            return a, exchange.return_pushes(g), g
+        # links of the previous odd sweep read them), the bodies
+        def pair(a, r, pushed, extra, step, unpack: bool):
+            a, e, extra, r1 = swept(a, r, EVEN, step, unpack, pushed, extra)
+            a, g, extra, r2 = swept(a, exchange.read_ghosts(e), ODD, step + 1, True, None, extra)
+            reports = (
+                None if bodies is None else jax.tree.map(lambda u, v: jnp.stack([u, v]), r1, r2)
+            )
+            return (a, exchange.return_pushes(g), g, extra), reports
 
         a = state.populations
         r = pushed = jnp.zeros((2, m, plane), stored)
         if shift:
             a, _ = phase(a, r, ROTATE, 0)
+        reports = []
         pairs = n // 2
         if pairs:
-            a, r, pushed = pair(a, r, pushed, 0, unpack=False)
+            (a, r, pushed, extra), first = pair(a, r, pushed, extra, 0, unpack=False)
+            reports.append(first)
         if pairs > 1:
-            carry = (a, r, pushed)
-            a, r, pushed = jax.lax.fori_loop(1, pairs, lambda p, c: pair(*c, 2 * p, True), carry)
+            (a, r, pushed, extra), paired = jax.lax.scan(
+                lambda c, p: pair(*c, 2 * p, True),
+                (a, r, pushed, extra),
+                jnp.arange(1, pairs, dtype=jnp.int32),
+            )
+            if bodies is not None:
+                reports.append(jax.tree.map(lambda u: u.reshape((-1, *u.shape[2:])), paired))
         if n % 2:
-            a, e = phase(a, r, EVEN, n - 1, pairs > 0, pushed)
+            a, e, extra, last = swept(a, r, EVEN, n - 1, pairs > 0, pushed, extra)
             a, _ = phase(a, exchange.read_ghosts(e), TAIL, n - 1)
+            if bodies is not None:
+                reports.append(jax.tree.map(lambda u: u[None], last))
         else:
             a, _ = phase(a, r, FINISH, n - 1, True, pushed)
-        return FluidState(populations=a, time=t0 + n), jnp.zeros((n, setup.force_width), dtype)
+        new_state = FluidState(populations=a, time=t0 + n)
+        forces = jnp.zeros((n, setup.force_width), dtype)
+        if bodies is None:
+            return new_state, forces
+        return new_state, forces, extra, jax.tree.map(lambda *u: jnp.concatenate(u), *reports)
 
     return chunk

@@ -98,10 +98,10 @@ def require_kernel(
         )
     if reason is None and coupled and kernel == "pallas":
         reason = "bodies in the fluid (the Pallas kernel has no coupled collision)"
-    if reason is None and coupled and (shards > 1 or owned):
+    if reason is None and coupled and owned:
         reason = (
-            "bodies in the fluid on several devices or owned by shards (the native kernel's "
-            "coupled step runs on one device with replicated bodies)"
+            "bodies owned by shards (the native kernel's coupled step takes replicated "
+            "bodies, on one device or on slabs along x)"
         )
     if reason is not None:
         raise ConfigError("fluid.kernel", kernel, f"xla for {reason}")

@@ -89,10 +89,15 @@ def target_name(
     """Register the handler for ``lattice`` and the ``storage`` dtype once; its name. With
     ``phases``, the handler of one phase of the chunk split over devices (LbPhase,
     solver/fluid/inplace_split.py) instead of the whole one-device chunk (LbInplace); with
-    ``psm``, one step with bodies in the fluid (LbPsmStep, solver/coupling/native.py)."""
+    ``psm``, one step with bodies in the fluid (LbPsmStep, solver/coupling/native.py); with
+    both, one phase of the split chunk with bodies in the fluid (LbPsmPhase)."""
     storage = np.dtype(storage).name
-    symbol = "LbPsmStep" if psm else ("LbPhase" if phases else "LbInplace")
-    kind = "psm" if psm else ("phase" if phases else "inplace")
+    symbol, kind = {
+        (False, False): ("LbInplace", "inplace"),
+        (True, False): ("LbPhase", "phase"),
+        (False, True): ("LbPsmStep", "psm"),
+        (True, True): ("LbPsmPhase", "psm_phase"),
+    }[(phases, psm)]
     name = f"solver_lb_{kind}_{lattice.name}_{storage}"
     return register_target(name, build(lattice.name, storage), symbol)
 
