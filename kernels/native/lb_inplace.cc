@@ -896,28 +896,24 @@ ffi::Error chunk_impl(ffi::AnyBuffer populations, ffi::AnyBuffer solid, ffi::Any
 // the build): each builds in a fraction of the time of all, and a run builds only its own.
 LB_HANDLER(LbInplace, LB_LATTICE, LB_STORAGE, LB_TYPE)
 
+// The split phases' arguments (populations (q, *shape), exchange (2, m, plane), solid, own
+// links (links, 2) int64 and their Ladd terms, shared links and theirs, this step's body force
+// (3,), the last odd sweep's pushes) and attributes, shared by LbPhase and LbPsmPhase
+#define LB_SPLIT_PHASE_ARGS                                                                    \
+  .Arg<ffi::AnyBuffer>().Arg<ffi::AnyBuffer>().Arg<ffi::AnyBuffer>().Arg<ffi::AnyBuffer>()    \
+      .Arg<ffi::AnyBuffer>().Arg<ffi::AnyBuffer>().Arg<ffi::AnyBuffer>()                      \
+      .Arg<ffi::AnyBuffer>().Arg<ffi::AnyBuffer>()
+#define LB_SPLIT_PHASE_ATTRS                                                                   \
+  .Attr<int64_t>("phase").Attr<int64_t>("unpack").Attr<double>("omega_plus")                  \
+      .Attr<double>("omega_minus").Attr<int64_t>("walls").Attr<int64_t>("force")              \
+      .Attr<double>("les_scale").Attr<double>("trt_magic").Attr<int64_t>("shift")
+
 XLA_FFI_DEFINE_HANDLER_SYMBOL(LbPhase, (phase_impl<LB_LATTICE, LB_STORAGE, LB_TYPE>),
                               ffi::Ffi::Bind()
-                                  .Arg<ffi::AnyBuffer>()  // populations (q, *shape)
-                                  .Arg<ffi::AnyBuffer>()  // exchange (2, m, plane)
-                                  .Arg<ffi::AnyBuffer>()  // solid (*shape)
-                                  .Arg<ffi::AnyBuffer>()  // own links (links, 2) int64
-                                  .Arg<ffi::AnyBuffer>()  // their Ladd terms
-                                  .Arg<ffi::AnyBuffer>()  // shared links
-                                  .Arg<ffi::AnyBuffer>()  // their Ladd terms
-                                  .Arg<ffi::AnyBuffer>()  // this step's body force (3,)
-                                  .Arg<ffi::AnyBuffer>()  // the last odd sweep's pushes
+                                  LB_SPLIT_PHASE_ARGS
                                   .Ret<ffi::AnyBuffer>()
                                   .Ret<ffi::AnyBuffer>()
-                                  .Attr<int64_t>("phase")
-                                  .Attr<int64_t>("unpack")
-                                  .Attr<double>("omega_plus")
-                                  .Attr<double>("omega_minus")
-                                  .Attr<int64_t>("walls")
-                                  .Attr<int64_t>("force")
-                                  .Attr<double>("les_scale")
-                                  .Attr<double>("trt_magic")
-                                  .Attr<int64_t>("shift"));
+                                  LB_SPLIT_PHASE_ATTRS);
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(LbPsmStep, (psm_impl<LB_LATTICE, LB_STORAGE, LB_TYPE>),
                               ffi::Ffi::Bind()
@@ -943,29 +939,13 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(LbPsmStep, (psm_impl<LB_LATTICE, LB_STORAGE, LB_TY
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(LbPsmPhase, (psm_phase_impl<LB_LATTICE, LB_STORAGE, LB_TYPE>),
                               ffi::Ffi::Bind()
-                                  .Arg<ffi::AnyBuffer>()  // populations (q, *shape)
-                                  .Arg<ffi::AnyBuffer>()  // exchange (2, m, plane)
-                                  .Arg<ffi::AnyBuffer>()  // solid (*shape)
-                                  .Arg<ffi::AnyBuffer>()  // own links (links, 2) int64
-                                  .Arg<ffi::AnyBuffer>()  // their Ladd terms
-                                  .Arg<ffi::AnyBuffer>()  // shared links
-                                  .Arg<ffi::AnyBuffer>()  // their Ladd terms
-                                  .Arg<ffi::AnyBuffer>()  // this step's body force (3,)
-                                  .Arg<ffi::AnyBuffer>()  // the last odd sweep's pushes
+                                  LB_SPLIT_PHASE_ARGS
                                   .Arg<ffi::AnyBuffer>()  // stencil entries' cells (E,) int32
                                   .Arg<ffi::AnyBuffer>()  // their cover rows (E, d + 1)
                                   .Ret<ffi::AnyBuffer>()  // populations
                                   .Ret<ffi::AnyBuffer>()  // exchange
                                   .Ret<ffi::AnyBuffer>()  // per entry: moments, cover
-                                  .Attr<int64_t>("phase")
-                                  .Attr<int64_t>("unpack")
-                                  .Attr<double>("omega_plus")
-                                  .Attr<double>("omega_minus")
-                                  .Attr<int64_t>("walls")
-                                  .Attr<int64_t>("force")
-                                  .Attr<double>("les_scale")
-                                  .Attr<double>("trt_magic")
-                                  .Attr<int64_t>("shift")
+                                  LB_SPLIT_PHASE_ATTRS
                                   .Attr<double>("tau")
                                   .Attr<int64_t>("fraction"));
 

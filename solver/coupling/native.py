@@ -47,6 +47,16 @@ from solver.fluid.step import SINGLE, FluidGeometry, FluidState
 EVEN, ODD, END_AFTER_EVEN, END_AFTER_ODD, ROTATE = 0, 1, 2, 3, 4
 
 
+def _require_covered(setup: FluidSetup, coupling) -> None:
+    """Raises ValueError where the native kernel does not cover the setup, or the bodies are
+    owned."""
+    reason = unsupported(setup, "native")
+    if reason is not None:
+        raise ValueError(f"fluid.kernel=native does not support {reason}")
+    if coupling.owned is not None:
+        raise ValueError("fluid.kernel=native takes replicated bodies (coupling.bodies)")
+
+
 def make_native_coupled_chunk(setup: FluidSetup, coupling) -> Callable:
     """chunk(state, geometry, n, extra) -> (state, forces (n, force_width) of zeros, extra,
     reports), the signature of ``solver.fluid.step.make_coupled_chunk`` on one device, for a
@@ -55,11 +65,7 @@ def make_native_coupled_chunk(setup: FluidSetup, coupling) -> Callable:
     Raises:
         ValueError: the native kernel does not cover the setup, or the bodies are owned.
     """
-    reason = unsupported(setup, "native")
-    if reason is not None:
-        raise ValueError(f"fluid.kernel=native does not support {reason}")
-    if coupling.owned is not None:
-        raise ValueError("fluid.kernel=native takes replicated bodies (coupling.bodies)")
+    _require_covered(setup, coupling)
     stages = coupling.stages(setup, SINGLE)
     lat, dtype = setup.lattice, jnp.dtype(setup.dtype)
     stored = jnp.dtype(setup.storage_dtype)
@@ -181,11 +187,7 @@ def make_native_coupled_split_chunk(
     Raises:
         ValueError: the native kernel does not cover the setup, or the bodies are owned.
     """
-    reason = unsupported(setup, "native")
-    if reason is not None:
-        raise ValueError(f"fluid.kernel=native does not support {reason}")
-    if coupling.owned is not None:
-        raise ValueError("fluid.kernel=native takes replicated bodies (coupling.bodies)")
+    _require_covered(setup, coupling)
     stages = coupling.stages(setup, halo)
     width = stages.width
     block = tuple(int(b) for b in block)

@@ -234,21 +234,25 @@ class Distribution:
             local = make_coupled_chunk(setup, halo, coupling)
         else:
             inner = make_coupled_chunk(setup, XlaHalo(self.decomposition), coupling)
-            state_spec = FluidState(populations=self._spec(1), time=P())
-            geometry_spec = make_geometry(
-                setup, lambda arr, dtype, lead, face: self._spec(lead, face)
-            )
-
-            def local(state, geometry, n, extra):
-                mapped = jax.shard_map(
-                    lambda s, g, e: inner(s, g, n, e),
-                    mesh=self.mesh,
-                    in_specs=(state_spec, geometry_spec, P()),
-                    out_specs=(state_spec, P(), P(), P()),
-                )
-                return mapped(state, geometry, extra)
-
+            local = self._mapped_coupled(setup, inner)
         return jax.jit(local, static_argnums=2, donate_argnums=(0, 3))
+
+    def _mapped_coupled(self, setup: FluidSetup, inner: Callable) -> Callable:
+        """A shard's coupled chunk(state, geometry, n, extra) run on every shard of the mesh
+        (``shard_map``; the bodies ``extra`` replicated)."""
+        state_spec = FluidState(populations=self._spec(1), time=P())
+        geometry_spec = make_geometry(setup, lambda arr, dtype, lead, face: self._spec(lead, face))
+
+        def local(state, geometry, n, extra):
+            mapped = jax.shard_map(
+                lambda s, g, e: inner(s, g, n, e),
+                mesh=self.mesh,
+                in_specs=(state_spec, geometry_spec, P()),
+                out_specs=(state_spec, P(), P(), P()),
+            )
+            return mapped(state, geometry, extra)
+
+        return local
 
     def _native_coupled_chunk(self, setup: FluidSetup, coupling: StepCoupling) -> Callable:
         """The native kernel's coupled chunk: on one device (solver/coupling/native.py), on
@@ -272,19 +276,7 @@ class Distribution:
         inner = make_native_coupled_split_chunk(
             setup, coupling, block, XlaHalo(decomposition), lambda: lax.axis_index(name), shards
         )
-        state_spec = FluidState(populations=self._spec(1), time=P())
-        geometry_spec = make_geometry(setup, lambda arr, dtype, lead, face: self._spec(lead, face))
-
-        def local(state, geometry, n, extra):
-            mapped = jax.shard_map(
-                lambda s, g, e: inner(s, g, n, e),
-                mesh=self.mesh,
-                in_specs=(state_spec, geometry_spec, P()),
-                out_specs=(state_spec, P(), P(), P()),
-            )
-            return mapped(state, geometry, extra)
-
-        return local
+        return self._mapped_coupled(setup, inner)
 
     def exchange_probe(self, setup: FluidSetup) -> Callable[[Array], Array] | None:
         """jit-compiled probe(populations) -> one value per shard: the step's halo messages
