@@ -43,7 +43,7 @@ from jax import Array
 
 from solver.distributed.halo import Halo
 from solver.fluid.collide import body_force_at
-from solver.fluid.inplace_step import ROTATION_MIN_STEPS, plane_shift, rotated_slots
+from solver.fluid.inplace_step import ROTATION_MIN_STEPS, link_words, plane_shift
 from solver.fluid.native import target_name
 from solver.fluid.padded import shift_blocks
 from solver.fluid.setup import FluidSetup
@@ -242,13 +242,11 @@ def make_split_chunk(
         count = shards if isinstance(shards, int) else len(shards)
         own = shared = np.zeros((count, 1, 2), np.int64)
         own_ladd = shared_ladd = np.zeros((count, 1))
-
-    def words(slots: np.ndarray, shift: int) -> np.ndarray:
-        # int64 slots travel as uint32 words (no int64 without x64 mode); the kernel reads int64
-        return np.ascontiguousarray(rotated_slots(setup, slots, shift, block)).view(np.uint32)
-
-    natural = (words(own, 0), words(shared, 0))
-    rotated = (words(own, rotation), words(shared, rotation)) if has_solid else natural
+    natural = (link_words(setup, own, 0, block), link_words(setup, shared, 0, block))
+    rotated = natural
+    if has_solid and rotation:
+        rotated = (link_words(setup, own, rotation, block),
+                   link_words(setup, shared, rotation, block))  # fmt: skip
     axes = [0, 1, 2] if lat.d == 3 else [0, 2]
     exchange = SlabExchange(halo, lat.d)
 
@@ -258,7 +256,7 @@ def make_split_chunk(
         shift = rotation if n >= ROTATION_MIN_STEPS else 0
 
         def links_of(slots):
-            own_slots, shared_slots = (jnp.asarray(table)[index] for table in slots)
+            own_slots, shared_slots = (table[index] for table in slots)
             return [own_slots, jnp.asarray(own_ladd, dtype)[index],
                     shared_slots, jnp.asarray(shared_ladd, dtype)[index]]  # fmt: skip
 

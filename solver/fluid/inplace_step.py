@@ -199,11 +199,14 @@ def rotated_slots(
     return np.where(slots < setup.lattice.q * n, rotated, slots)
 
 
-def link_words(setup: FluidSetup, slots: np.ndarray, shift: int) -> Array:
-    """The links' slots (links, 2) int64 as the kernel takes them for planes rotated by
-    ``shift``: their uint32 words (JAX holds no int64 without x64 mode; the kernel reads the
-    same bytes as int64)."""
-    return jnp.asarray(np.ascontiguousarray(rotated_slots(setup, slots, shift)).view(np.uint32))
+def link_words(
+    setup: FluidSetup, slots: np.ndarray, shift: int, shape: tuple[int, ...] | None = None
+) -> Array:
+    """The links' slots (..., 2) int64 as the kernel takes them for planes rotated by
+    ``shift`` (on ``shape``: None, the setup's grid; a shard's block): their uint32 words (JAX
+    holds no int64 without x64 mode; the kernel reads the same bytes as int64)."""
+    rotated = rotated_slots(setup, slots, shift, shape)
+    return jnp.asarray(np.ascontiguousarray(rotated).view(np.uint32))
 
 
 def kernel_rates(setup: FluidSetup) -> tuple[float, float]:
