@@ -178,8 +178,8 @@ def test_a_coupled_case_runs_on_the_native_kernel_on_slabs_and_mpi_processes(tmp
     fluid as the XLA step does (float32 round-off); split into two slabs along x, on two fake
     devices (xla halo, LbPsmPhase inside shard_map) and on two MPI processes (mpi halo), it
     equals the one-device native run to the same bound (the forces on the sphere are summed
-    over the slabs in another order). Owned bodies are refused with the reason (exit 2, one
-    line, no traceback)."""
+    over the slabs in another order). Owned bodies on the native kernel:
+    tests/test_coupling_owned.py."""
     runs = {}
     for kernel in ("xla", "native"):
         runs[kernel] = tmp_path / kernel
@@ -209,10 +209,3 @@ def test_a_coupled_case_runs_on_the_native_kernel_on_slabs_and_mpi_processes(tmp
     assert result.returncode == 0, result.stderr[-3000:]
     assert json.loads((processes / "run.json").read_text())["domain"]["processes"] == 2
     assert_close(processes, runs["native"], SPLIT_RELATIVE)
-    refused = run_solver(
-        [*slabs, "coupling.bodies=owned", f"hydra.run.dir={tmp_path / 'owned'}"],
-        {"XLA_FLAGS": "--xla_force_host_platform_device_count=2"},
-    )
-    assert refused.returncode == 2, refused.stderr[-2000:]
-    assert "fluid.kernel" in refused.stderr and "owned" in refused.stderr
-    assert "Traceback" not in refused.stderr

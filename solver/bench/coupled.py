@@ -215,7 +215,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--kernels",
         default="xla",
-        help="fluid kernels (fluid.kernel), comma-separated: xla, native (one device)",
+        help="fluid kernels (fluid.kernel), comma-separated: xla, native",
     )
     parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)
@@ -226,9 +226,6 @@ def main(argv: list[str] | None = None) -> int:
     if any(k not in ("xla", "native") for k in kernels):
         parser.error(f"--kernels {args.kernels!r}: each of xla, native")
     owned = args.bodies == "owned"
-    if owned and "native" in kernels:
-        parser.error("--bodies owned runs on the XLA step only (the native kernel's coupled "
-                     "step holds replicated bodies)")  # fmt: skip
     copy_run = measure_copy("float32")
     print(f"coupled step, D3Q19 TRT float32, {args.edge}^3 periodic, sphere radius "
           f"{args.radius:g} cells, bodies {args.bodies}; {os.cpu_count()} cores, JAX "

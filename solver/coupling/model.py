@@ -98,7 +98,7 @@ class CoupledModel(FluidModel):
             decomposition = self.dist.decomposition
             require_kernel(
                 self.setup, "native", decomposition.shards, coupled=True,
-                mesh=tuple(decomposition.mesh), owned=config.coupling.bodies == "owned",
+                mesh=tuple(decomposition.mesh),
             )  # fmt: skip
         self.body_layout = None
         if config.coupling.bodies == "owned":

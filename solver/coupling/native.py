@@ -15,8 +15,9 @@ Results equal the XLA coupled step to round-off (tests/test_coupling_native.py: 
 1e-12, float16 storage to one unit of the stored half, a float32 run through the app to 1e-5
 relative). On slabs along x (several devices or MPI processes) ``make_native_coupled_split_chunk``
 runs the split phases of solver/fluid/inplace_split.py with the same row hook (LbPsmPhase)
-and adds the bodies' forces over the shards; owned bodies are refused by ``require_kernel``
-before anything is traced.
+and adds the bodies' forces over the shards. Owned bodies (``coupling.bodies=owned``) take the
+same passes around the kernel as in the XLA step (``PsmCoupling.passes``: migration and ghosts
+before each call, the ghosts' partial forces back to their owners after it).
 """
 
 from __future__ import annotations
@@ -47,26 +48,24 @@ from solver.fluid.step import SINGLE, FluidGeometry, FluidState
 EVEN, ODD, END_AFTER_EVEN, END_AFTER_ODD, ROTATE = 0, 1, 2, 3, 4
 
 
-def _require_covered(setup: FluidSetup, coupling) -> None:
-    """Raises ValueError where the native kernel does not cover the setup, or the bodies are
-    owned."""
+def _require_covered(setup: FluidSetup) -> None:
+    """Raises ValueError where the native kernel does not cover the setup."""
     reason = unsupported(setup, "native")
     if reason is not None:
         raise ValueError(f"fluid.kernel=native does not support {reason}")
-    if coupling.owned is not None:
-        raise ValueError("fluid.kernel=native takes replicated bodies (coupling.bodies)")
 
 
 def make_native_coupled_chunk(setup: FluidSetup, coupling) -> Callable:
     """chunk(state, geometry, n, extra) -> (state, forces (n, force_width) of zeros, extra,
     reports), the signature of ``solver.fluid.step.make_coupled_chunk`` on one device, for a
-    ``solver.coupling.step.PsmCoupling`` with replicated bodies.
+    ``solver.coupling.step.PsmCoupling`` (replicated bodies, or owned by the one shard).
 
     Raises:
-        ValueError: the native kernel does not cover the setup, or the bodies are owned.
+        ValueError: the native kernel does not cover the setup.
     """
-    _require_covered(setup, coupling)
+    _require_covered(setup)
     stages = coupling.stages(setup, SINGLE)
+    before, after = coupling.passes(setup, SINGLE, stages)
     lat, dtype = setup.lattice, jnp.dtype(setup.dtype)
     stored = jnp.dtype(setup.storage_dtype)
     target = target_name(lat, stored, psm=True)
@@ -119,8 +118,8 @@ def make_native_coupled_chunk(setup: FluidSetup, coupling) -> Callable:
         empty_table = jnp.zeros((0, width), dtype)
 
         def step(populations, extra, time, phase: int):
-            xs, vs, ws = stages.members(extra.state.bodies)
-            stencil = stages.cover(time, xs, vs, ws, None, block)
+            extra, xs, vs, ws, rad, context = before(extra, block)
+            stencil = stages.cover(time, xs, vs, ws, rad, block)
             force, force3 = force_of(time)
             populations, per_entry = kernel(
                 populations, solid, force3, stencil.flat.reshape(-1),
@@ -128,7 +127,7 @@ def make_native_coupled_chunk(setup: FluidSetup, coupling) -> Callable:
             )  # fmt: skip
             rows = (per_entry[:, :width], per_entry[:, width:])
             force_sum, torque_sum = stages.sums(stencil, rows, force)
-            extra, report = stages.advance(extra, force_sum, torque_sum, xs)
+            extra, report = after(extra, context, force_sum, torque_sum)
             return populations, extra, report
 
         def two_steps(carry, k):
@@ -179,29 +178,32 @@ def make_native_coupled_split_chunk(
 ) -> Callable:
     """chunk(state, geometry, n, extra) -> (state, forces, extra, reports) on this shard's
     slab (``block``; the grid split along x, solver/fluid/inplace_split.py, whose arguments
-    ``halo``, ``shard`` and ``shards`` are), for a ``PsmCoupling`` with replicated bodies: each
-    EVEN and ODD call collides this block's covered cells (LbPsmPhase), and the bodies' force
-    and torque are this block's sums added over the shards (``halo.sum`` in the stages'
-    advance), as the XLA coupled step does.
+    ``halo``, ``shard`` and ``shards`` are), for a ``PsmCoupling`` with replicated or owned
+    bodies: each EVEN and ODD call collides this block's covered cells (LbPsmPhase), and the
+    bodies' force and torque are this block's sums added over the shards (replicated:
+    ``halo.sum``; owned: the ghosts' partials sent to their owners), as the XLA coupled step
+    does.
 
     Raises:
-        ValueError: the native kernel does not cover the setup, or the bodies are owned.
+        ValueError: the native kernel does not cover the setup.
     """
-    _require_covered(setup, coupling)
+    _require_covered(setup)
     stages = coupling.stages(setup, halo)
+    before, after = coupling.passes(setup, halo, stages)
     width = stages.width
     block = tuple(int(b) for b in block)
 
     def entries(extra, time):
-        xs, vs, ws = stages.members(extra.state.bodies)
-        stencil = stages.cover(time, xs, vs, ws, None, block)
-        return stencil.flat.reshape(-1), stencil.rows.reshape(-1, width), (stencil, xs)
+        # owned bodies migrate here: the moved ones go to advance in the context
+        extra, xs, vs, ws, rad, context = before(extra, block)
+        stencil = stages.cover(time, xs, vs, ws, rad, block)
+        return stencil.flat.reshape(-1), stencil.rows.reshape(-1, width), (stencil, extra, context)
 
-    def advance(extra, per_entry, context, time):
-        stencil, xs = context
+    def advance(_, per_entry, context, time):
+        stencil, extra, passed = context
         rows = (per_entry[:, :width], per_entry[:, width:])
         force_sum, torque_sum = stages.sums(stencil, rows, body_force_at(setup, time))
-        return stages.advance(extra, force_sum, torque_sum, xs)
+        return after(extra, passed, force_sum, torque_sum)
 
     attributes = dict(
         tau=np.float64(setup.tau), fraction=np.int64(coupling.weighting == "fraction")

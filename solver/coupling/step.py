@@ -21,7 +21,7 @@ the same summed forces (a few thousand bodies cost little next to the grid). Wit
 ``PsmCoupling.owned`` (``coupling.bodies=owned``) each shard owns the bodies whose centre its
 block holds, covers the grid with its owned bodies and ghost copies of its neighbours', sends
 the ghosts' partial forces back to their owners and advances its owned bodies only
-(``_owned_collide``; the exchanges are ``solver.distributed.bodies.in_fluid``).
+(``_owned_passes``; the exchanges are ``solver.distributed.bodies.in_fluid``).
 
 Units: the bodies are SI, the fluid is lattice units; ``PsmCoupling`` holds the scales.
 """
@@ -117,6 +117,21 @@ class CouplingStages(NamedTuple):
     capacity: int
     width: int
     tracked: int
+
+
+class BodyPasses(NamedTuple):
+    """``PsmCoupling.passes``: what a coupled step does with its bodies around the collision,
+    for replicated and owned bodies alike (the XLA step's ``bind`` and the native kernel's
+    chunks, solver/coupling/native.py, put their own collision between the two).
+
+    ``before(extra, block)`` -> (extra, xs, vs, ws, rad, context): the spheres this block
+    covers, (s, 3) centre (m), velocity (m/s), angular velocity (rad/s), and radii (s,) cells
+    (None: the scene's); owned bodies are migrated and take their neighbours' ghosts first.
+    ``after(extra, context, force, torque)`` -> (extra, report): the bodies one fluid step on
+    from this block's (s, 3) sums per sphere (lattice units), added over the shards."""
+
+    before: Callable
+    after: Callable
 
 
 @dataclass(frozen=True, eq=False)
@@ -369,7 +384,6 @@ class PsmCoupling:
         dtype = params.dtype
         tau = setup.tau
         capacity, width = stages.capacity, stages.width
-        members = stages.members
 
         def hydro(f: Sequence[Array], time: Array, xs, vs, ws, rad, geo: dict):
             """The PSM collision with the spheres xs (s, 3) m, their velocities vs, ws and
@@ -388,10 +402,12 @@ class PsmCoupling:
             force_sum, torque_sum = stages.sums(stencil, rows, force)
             return post, patch, force_sum, torque_sum
 
-        def collide(f: Sequence[Array], time: Array, extra: CoupledBodies, geo: dict):
-            xs, vs, ws = members(extra.state.bodies)
-            post, patch, force_sum, torque_sum = hydro(f, time, xs, vs, ws, None, geo)
-            extra, report = stages.advance(extra, force_sum, torque_sum, xs)
+        before, after = self.passes(setup, halo, stages)
+
+        def collide(f: Sequence[Array], time: Array, extra, geo: dict):
+            extra, xs, vs, ws, rad, context = before(extra, tuple(f[0].shape))
+            post, patch, force_sum, torque_sum = hydro(f, time, xs, vs, ws, rad, geo)
+            extra, report = after(extra, context, force_sum, torque_sum)
             return post, patch, extra, report
 
         def blend(f, both: Array, table: Array, force) -> tuple[Array, ...]:
@@ -435,17 +451,31 @@ class PsmCoupling:
             rows = (psm.gather_rows(both.reshape(-1, width), flat), psm.gather_rows(table, flat))
             return post, None, materialised(rows, time)
 
-        if self.owned is not None:
-            return self._owned_collide(setup, halo, hydro, members, stages.tracked)
         return collide
 
-    def _owned_collide(
-        self, setup: FluidSetup, halo: Halo, hydro: Callable, members: Callable, tracked: int
-    ) -> Callable:
-        """collide(f, time, extra, geo) as ``bind``'s, with ``extra`` this shard's owned bodies
-        (``in_fluid.OwnedBodies``): migration, ghosts, the cover of owned and ghost bodies,
-        the ghosts' partial forces back to their owners, then the owners' body steps (each
-        exchanging ghosts for the contacts)."""
+    def passes(self, setup: FluidSetup, halo: Halo, stages: CouplingStages) -> BodyPasses:
+        """The bodies' work before and after the collision of a coupled step on one shard
+        (``BodyPasses``): replicated bodies as they are, or with ``owned`` the bodies this
+        shard owns and its neighbours' ghosts."""
+        if self.owned is not None:
+            return self._owned_passes(setup, halo, stages.members, stages.tracked)
+
+        def before(extra: CoupledBodies, block: tuple[int, ...]):
+            xs, vs, ws = stages.members(extra.state.bodies)
+            return extra, xs, vs, ws, None, xs
+
+        def after(extra: CoupledBodies, xs, force_sum, torque_sum):
+            return stages.advance(extra, force_sum, torque_sum, xs)
+
+        return BodyPasses(before, after)
+
+    def _owned_passes(
+        self, setup: FluidSetup, halo: Halo, members: Callable, tracked: int
+    ) -> BodyPasses:
+        """``BodyPasses`` with ``extra`` this shard's owned bodies (``in_fluid.OwnedBodies``):
+        before the collision the migration and the ghosts (the block covers its owned and
+        ghost bodies), after it the ghosts' partial forces back to their owners, then the
+        owners' body steps (each exchanging ghosts for the contacts)."""
         layout = self.owned
         force_scale = self.fluid_density * self.dx**4 / self.dt**2
         torque_scale = force_scale * self.dx
@@ -453,14 +483,12 @@ class PsmCoupling:
         radius_cells = self.radius_cells
         grid, _ = layout.local_grid()
         dt = self.bodies.dt
+        dtype = jnp.dtype(setup.dtype)
 
-        def collide(f: Sequence[Array], time: Array, extra, geo: dict):
-            block = tuple(f[0].shape)
-            dtype = f[0].dtype
+        def before(extra, block: tuple[int, ...]):
             coords = in_fluid.shard_coords(halo, block)
             extra, message, slots, jumped = in_fluid.migrate(layout, halo, coords, extra)
             sub = extra.sub
-            rows = sub.gid.shape[0]
             ghost_gid, ghosts, ghost_needed = in_fluid.exchange_ghosts(
                 layout, halo, coords, sub.gid, sub.bodies
             )
@@ -469,7 +497,13 @@ class PsmCoupling:
             ids = jnp.where(gid >= 0, gid, 0)
             rad = jnp.where(gid >= 0, jnp.asarray(radius_cells, dtype)[ids], -1.0)
             xs, vs, ws = members(both)
-            post, patch, force_sum, torque_sum = hydro(f, time, xs, vs, ws, rad, geo)
+            context = (coords, message, slots, jumped, ghost_gid, ghosts, ghost_needed)
+            return extra, xs, vs, ws, rad, context
+
+        def after(extra, context, force_sum, torque_sum):
+            coords, message, slots, jumped, ghost_gid, ghosts, ghost_needed = context
+            sub = extra.sub
+            rows = sub.gid.shape[0]
             partial = jnp.concatenate([force_sum, torque_sum], axis=1)
             total, back_needed = in_fluid.return_partials(
                 layout, halo, coords, ghost_gid, ghosts.position, partial[rows:], sub.gid,
@@ -546,9 +580,9 @@ class PsmCoupling:
             values = jnp.concatenate([sub.bodies.position, sub.bodies.velocity, force_si], axis=1)
             report = jnp.zeros((tracked + 1, TRACK_FIELDS), body_dtype).at[place].set(values)
             report = halo.sum(report[:tracked])
-            return post, patch, in_fluid.OwnedBodies(sub, force_si, torque_si), report
+            return in_fluid.OwnedBodies(sub, force_si, torque_si), report
 
-        return collide
+        return BodyPasses(before, after)
 
     def _owned_lubrication(self, params, dtype, rows: int) -> Callable | None:
         """extra(gid, bodies, partners) -> (rows, 3) N: the lubrication correction on the

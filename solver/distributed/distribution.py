@@ -214,28 +214,49 @@ class Distribution:
 
     def coupled_chunk(self, setup: FluidSetup, coupling: StepCoupling) -> Callable:
         """jit-compiled chunk(state, geometry, n, extra) -> (state, forces (n, d), extra,
-        reports) of ``solver.fluid.step.make_coupled_chunk``; ``extra`` (the coupled bodies)
-        is replicated on every shard. The state and extra are donated, n is static."""
+        reports) of ``solver.fluid.step.make_coupled_chunk`` (or the native kernel's);
+        ``extra`` (the coupled bodies) is replicated on every shard. The state and extra are
+        donated, n is static."""
         if setup.kernel != "xla":  # exit 2 where the one-buffer kernel cannot take the bodies
             decomposition = self.decomposition
             require_kernel(
                 setup, shards=decomposition.shards, coupled=True, mesh=tuple(decomposition.mesh)
             )
-        if setup.kernel == "native":  # replicated bodies (require_kernel)
-            return jax.jit(
-                self._native_coupled_chunk(setup, coupling),
-                static_argnums=2,
-                donate_argnums=(0, 3),
-            )
         if self.backend == "single":
-            local = make_coupled_chunk(setup, SINGLE, coupling)
+            local = self.shard_coupled_chunk(setup, coupling, SINGLE)
         elif self.backend == "mpi":
             halo = MpiHalo(self.decomposition, self.runtime.comm)
-            local = make_coupled_chunk(setup, halo, coupling)
+            local = self.shard_coupled_chunk(setup, coupling, halo)
         else:
-            inner = make_coupled_chunk(setup, XlaHalo(self.decomposition), coupling)
+            inner = self.shard_coupled_chunk(setup, coupling, XlaHalo(self.decomposition))
             local = self._mapped_coupled(setup, inner)
         return jax.jit(local, static_argnums=2, donate_argnums=(0, 3))
+
+    def shard_coupled_chunk(self, setup: FluidSetup, coupling: StepCoupling, halo) -> Callable:
+        """One shard's coupled chunk(state, geometry, n, extra) on ``halo`` (``SINGLE``, this
+        process's ``MpiHalo``, or the ``XlaHalo`` of a chunk inside ``shard_map``): the XLA
+        step's (``make_coupled_chunk``), or with ``fluid.kernel=native`` the native kernel's on
+        one device (solver/coupling/native.py) or on this shard's slab along x."""
+        if setup.kernel != "native":
+            return make_coupled_chunk(setup, halo, coupling)
+        # the coupling's part of the solver, imported where it is used
+        from solver.coupling.native import (
+            make_native_coupled_chunk,
+            make_native_coupled_split_chunk,
+        )
+
+        if self.backend == "single":
+            return make_native_coupled_chunk(setup, coupling)
+        decomposition = self.decomposition
+        block = decomposition.local_shape
+        if self.backend == "mpi":
+            return make_native_coupled_split_chunk(
+                setup, coupling, block, halo, lambda: 0, [halo.coords[0]]
+            )
+        name = decomposition.axis_names[0]
+        return make_native_coupled_split_chunk(
+            setup, coupling, block, halo, lambda: lax.axis_index(name), decomposition.shards
+        )
 
     def _mapped_coupled(self, setup: FluidSetup, inner: Callable) -> Callable:
         """A shard's coupled chunk(state, geometry, n, extra) run on every shard of the mesh
@@ -253,30 +274,6 @@ class Distribution:
             return mapped(state, geometry, extra)
 
         return local
-
-    def _native_coupled_chunk(self, setup: FluidSetup, coupling: StepCoupling) -> Callable:
-        """The native kernel's coupled chunk: on one device (solver/coupling/native.py), on
-        this process's slab (mpi) or on every shard's slab inside ``shard_map`` (xla)."""
-        # the coupling's part of the solver, imported where it is used
-        from solver.coupling.native import (
-            make_native_coupled_chunk,
-            make_native_coupled_split_chunk,
-        )
-
-        if self.backend == "single":
-            return make_native_coupled_chunk(setup, coupling)
-        decomposition = self.decomposition
-        block, shards = decomposition.local_shape, decomposition.shards
-        if self.backend == "mpi":
-            halo = MpiHalo(decomposition, self.runtime.comm)
-            return make_native_coupled_split_chunk(
-                setup, coupling, block, halo, lambda: 0, [halo.coords[0]]
-            )
-        name = decomposition.axis_names[0]
-        inner = make_native_coupled_split_chunk(
-            setup, coupling, block, XlaHalo(decomposition), lambda: lax.axis_index(name), shards
-        )
-        return self._mapped_coupled(setup, inner)
 
     def exchange_probe(self, setup: FluidSetup) -> Callable[[Array], Array] | None:
         """jit-compiled probe(populations) -> one value per shard: the step's halo messages

@@ -77,12 +77,11 @@ def require_kernel(
     shards: int = 1,
     coupled: bool = False,
     mesh: tuple[int, ...] | None = None,
-    owned: bool = False,
 ) -> None:
     """Raise a ConfigError on fluid.kernel when the one-buffer ``kernel`` (default: the
     setup's) cannot run this set-up on ``shards`` devices split as ``mesh`` (shards per axis;
-    the native kernel splits x only), with bodies when ``coupled`` (the native kernel: on one
-    device, not ``owned`` by shards)."""
+    the one-buffer kernels split x only), with bodies when ``coupled`` (the native kernel's
+    coupled step: replicated or owned bodies, on one device or on slabs)."""
     kernel = setup.kernel if kernel is None else kernel
     reason = unsupported(setup, kernel)
     backend = jax.default_backend()
@@ -98,20 +97,13 @@ def require_kernel(
         )
     if reason is None and coupled and kernel == "pallas":
         reason = "bodies in the fluid (the Pallas kernel has no coupled collision)"
-    if reason is None and coupled and owned:
-        reason = (
-            "bodies owned by shards (the native kernel's coupled step takes replicated "
-            "bodies, on one device or on slabs along x)"
-        )
     if reason is not None:
         raise ConfigError("fluid.kernel", kernel, f"xla for {reason}")
 
 
-def require_native(
-    setup: FluidSetup, shards: int = 1, coupled: bool = False, owned: bool = False
-) -> None:
+def require_native(setup: FluidSetup, shards: int = 1, coupled: bool = False) -> None:
     """Raise a ConfigError on fluid.kernel when the native kernel cannot run this set-up."""
-    require_kernel(setup, "native", shards, coupled, owned=owned)
+    require_kernel(setup, "native", shards, coupled)
 
 
 def solid_links(setup: FluidSetup) -> tuple[np.ndarray, np.ndarray]:

@@ -427,17 +427,22 @@ def to_replicated(layout: BodyLayout, halo, coords: Array, owned: OwnedBodies, t
 def owned_chunk(dist, setup, coupling, layout: BodyLayout) -> Callable:
     """jit-compiled chunk(state, geometry, n, extra) -> (state, forces, extra, reports), as
     ``Distribution.coupled_chunk``, with the bodies owned by shards inside the chunk (``extra``
-    is held whole on every shard at both ends). ``coupling`` binds with an owned collide."""
+    is held whole on every shard at both ends). ``coupling`` carries the layout (its passes
+    around the collision are the owned ones, on either fluid kernel)."""
     from solver.distributed.halo import MpiHalo, XlaHalo
     from solver.fluid.inplace_step import require_kernel
-    from solver.fluid.step import SINGLE, FluidState, make_coupled_chunk, make_geometry
+    from solver.fluid.step import SINGLE, FluidState, make_geometry
 
+    decomposition = dist.decomposition
     if setup.kernel != "xla":
-        require_kernel(setup, coupled=True)
-    block = dist.decomposition.local_shape
+        require_kernel(
+            setup, shards=decomposition.shards, coupled=True, mesh=tuple(decomposition.mesh)
+        )
+    block = decomposition.local_shape
 
     def wrap(halo) -> Callable:
-        inner = make_coupled_chunk(setup, halo, coupling)
+        # the XLA step's or the native kernel's, the bodies' passes owned (``coupling.owned``)
+        inner = dist.shard_coupled_chunk(setup, coupling, halo)
 
         def local(state, geometry, n, extra):
             coords = shard_coords(halo, block)
