@@ -80,3 +80,22 @@ def test_coupled_bench_rows_for_both_ways_of_holding_bodies(tmp_path, bodies, ke
         assert reference["fraction_of_fluid"] == 1.0
         assert coupled["fraction_of_fluid"] > 0.0 and coupled["mlups"] > 0
         assert coupled["solid_fraction"] > 0
+
+
+def test_coupled_bench_on_two_mpi_processes(tmp_path):
+    """``--processes 2``: weak scaling on two MPI processes (an edge^3 slab and the count's
+    spheres each, owned by the slab that holds them, on the native kernel): rank 0 writes the
+    rows for the whole grid and all the spheres."""
+    out = tmp_path / "coupled.json"
+    cmd = [sys.executable, "-m", "solver.bench", "coupled", "--edge", "16", "--counts", "0,4",
+           "--steps", "4", "--repeats", "1", "--bodies", "owned", "--kernels", "native",
+           "--processes", "2", "--json", str(out)]  # fmt: skip
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    rows = json.loads(out.read_text())["rows"]
+    assert [(r["processes"], r["spheres"], r["cells"]) for r in rows] == [
+        (2, 0, 2 * 16**3),
+        (2, 8, 2 * 16**3),
+    ]
+    assert rows[0]["fraction_of_fluid"] == 1.0
+    assert rows[1]["fraction_of_fluid"] > 0.0 and rows[1]["solid_fraction"] > 0

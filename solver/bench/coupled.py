@@ -2,7 +2,7 @@
 
     python -m solver.bench coupled [--edge 128] [--counts 0,100,1000,10000] [--radius 2]
                                    [--steps 100] [--repeats 3] [--bodies replicated|owned]
-                                   [--kernels xla,native] [--json PATH]
+                                   [--kernels xla,native] [--processes 1] [--json PATH]
 
 A periodic box of edge^3 cells, D3Q19 TRT, float32, with n spheres of ``radius`` cells at rest
 on a jittered simple-cubic lattice (no contacts, no gravity, one body step per fluid step; the
@@ -27,6 +27,11 @@ the slots, ghost buffers and per-step cell lists of the owned path, no messages)
 same fluid-only chunk. ``--kernels`` times every count on each fluid kernel (``fluid.kernel``:
 the XLA step, or the native in-place kernel with the PSM collision on the covered cells,
 solver/coupling/native.py), each against its own fluid-only chunk, all in the same rounds.
+``--processes P`` (P > 1) runs the same rounds on P MPI processes (``mpirun -n P --bind-to
+core``, the mpi halo, one slab along x per process; the parent starts them and relays rank
+0's table): weak scaling, each process holding an edge^3 block and ``count`` spheres of its
+own (P edge x edge x edge cells and P count spheres in all), every chunk timed on every
+process after a barrier, the slowest process's time per round counted.
 """
 
 from __future__ import annotations
@@ -37,7 +42,10 @@ import json
 import math
 import os
 import platform
+import shutil
 import statistics
+import subprocess
+import sys
 import time
 from dataclasses import asdict, dataclass
 
@@ -49,14 +57,14 @@ from kernels.lattices import D3Q19
 from kernels.neighbor_search import CellGrid
 from kernels.rigid_body import Bodies
 from solver.bench.fluid import initial_fields, measure_copy
+from solver.bench.scaling import _child_env, mpi_binding
+from solver.bench.scaling_worker import _barrier, _with_placed_time
 from solver.bodies import step as body_step
-from solver.coupling.native import make_native_coupled_chunk
 from solver.coupling.step import PsmCoupling
 from solver.distributed.bodies import in_fluid
-from solver.distributed.distribution import distribute
+from solver.distributed.distribution import Distribution, distribute
 from solver.distributed.runtime import start as start_runtime
 from solver.fluid import step as fluid_step
-from solver.fluid.inplace_step import make_inplace_chunk
 from solver.fluid.setup import FluidSetup
 
 TAU = 0.6
@@ -65,6 +73,7 @@ TAU = 0.6
 @dataclass(frozen=True)
 class CoupledBenchRow:
     kernel: str  # fluid.kernel: "xla" or "native"
+    processes: int  # MPI processes (weak scaling: an edge^3 block and `spheres` each)
     spheres: int
     bodies: str  # "replicated" or "owned" (coupling.bodies)
     radius_cells: float
@@ -99,20 +108,30 @@ def sphere_sites(count: int, edge: int, radius: float, seed: int = 0) -> np.ndar
     return sites + rng.uniform(-free, free, sites.shape)
 
 
-def build(edge: int, count: int, radius: float, owned: bool = False, kernel: str = "xla"):
+def build(
+    edge: int, count: int, radius: float, owned: bool = False, kernel: str = "xla",
+    blocks: int = 1,
+):  # fmt: skip
     """(setup, coupling or None, state, geometry, coupled bodies or None); ``owned``: the
-    coupling with a one-shard layout of ``coupling.bodies=owned``; ``kernel``: fluid.kernel."""
+    coupling with a layout of ``coupling.bodies=owned`` over ``blocks`` slabs along x;
+    ``kernel``: fluid.kernel; ``blocks``: edge^3 blocks along x, each with ``count`` spheres."""
     setup = FluidSetup(
-        lattice=D3Q19, shape=(edge,) * 3, omega=1.0 / TAU, collision="trt", kernel=kernel
-    )
+        lattice=D3Q19, shape=(blocks * edge, edge, edge), omega=1.0 / TAU, collision="trt",
+        kernel=kernel,
+    )  # fmt: skip
     density, velocity = initial_fields(setup)
     state = fluid_step.initial_state(setup, density, velocity)
     geometry = fluid_step.make_geometry(setup)
     if count == 0:
         return setup, None, state, geometry, None
+    sites = np.concatenate(
+        [sphere_sites(count, edge, radius, seed=b) + [b * edge, 0, 0] for b in range(blocks)]
+    )
+    count = len(sites)
     ones = np.ones(count)
     reach = 2.0 * radius + 1.0
-    grid = CellGrid.covering((-reach,) * 3, (edge + reach,) * 3, reach, 8, 8)
+    upper = np.asarray(setup.shape, float) + reach
+    grid = CellGrid.covering((-reach,) * 3, tuple(upper), reach, 8, 8)
     bodies_setup = body_step.BodySetup(
         radius=radius * ones, young=1e3 * ones, poisson=0.3 * ones, restitution=0.5 * ones,
         friction=0.3 * ones, rolling_friction=0.0 * ones, grid=grid, dt=1.0, skin=1.0,
@@ -125,7 +144,7 @@ def build(edge: int, count: int, radius: float, owned: bool = False, kernel: str
     )  # fmt: skip
     mass = 2.0 * 4.0 / 3.0 * math.pi * radius**3
     bodies = Bodies(
-        position=jnp.asarray(sphere_sites(count, edge, radius) + 0.5, jnp.float32),
+        position=jnp.asarray(sites + 0.5, jnp.float32),
         orientation=jnp.tile(jnp.array([1.0, 0.0, 0.0, 0.0], jnp.float32), (count, 1)),
         velocity=jnp.zeros((count, 3), jnp.float32),
         angular_momentum=jnp.zeros((count, 3), jnp.float32),
@@ -138,52 +157,64 @@ def build(edge: int, count: int, radius: float, owned: bool = False, kernel: str
     if not owned:
         return setup, coupling, state, geometry, coupling.initial(body_state)
     reach = in_fluid.reach_of(bodies_setup, 1.0, radius + 1.0, 1.0)
-    layout = in_fluid.plan_fluid_layout(bodies_setup, (1, 1, 1), (0.0,) * 3, (edge,) * 3, reach)
+    layout = in_fluid.plan_fluid_layout(
+        bodies_setup, (blocks, 1, 1), (0.0,) * 3, tuple(float(n) for n in setup.shape), reach
+    )
     coupling = dataclasses.replace(coupling, owned=layout)
-    return setup, coupling, state, geometry, coupling.owned_initial(body_state, 1)
+    return setup, coupling, state, geometry, coupling.owned_initial(body_state, blocks)
 
 
 class Timed:
-    """One count's jitted chunk and its carry, compiled and warmed up: ``once()`` times one
-    chunk of ``steps`` steps (seconds)."""
+    """One count's jitted chunk and its carry on the distribution ``dist`` (one device, or
+    this process's slab of an MPI run), compiled and warmed up: ``once()`` times one chunk of
+    ``steps`` steps (seconds)."""
 
     def __init__(
-        self, edge: int, count: int, radius: float, steps: int, owned: bool = False,
-        kernel: str = "xla",
+        self, edge: int, count: int, radius: float, steps: int, owned: bool, kernel: str,
+        dist: Distribution,
     ):  # fmt: skip
-        setup, coupling, state, geometry, extra = build(edge, count, radius, owned, kernel)
+        blocks = dist.decomposition.shards
+        setup, coupling, state, geometry, extra = build(edge, count, radius, owned, kernel, blocks)
         self.setup, self.coupling, self.count, self.steps = setup, coupling, count, steps
-        self.kernel = kernel
-        self.solid = count * 4.0 / 3.0 * math.pi * radius**3 / setup.cells
+        self.kernel, self.runtime = kernel, dist.runtime
+        self.solid = count * 4.0 / 3.0 * math.pi * radius**3 / edge**3
         start = time.perf_counter()
+        if blocks > 1:  # the state placed as the run loop places it: this process's block
+            density, velocity = initial_fields(setup)
+            state = _with_placed_time(
+                fluid_step.initial_state(
+                    setup,
+                    dist.put(density, 0, setup.dtype),
+                    dist.put(velocity, 1, setup.dtype),
+                )
+            )
+            geometry = dist.geometry(setup)
         if coupling is None:
-            make = make_inplace_chunk(setup) if kernel == "native" else fluid_step.make_chunk(setup)
-            chunk = jax.jit(make, static_argnums=2, donate_argnums=0)
+            chunk = dist.chunk(setup)
 
             def advance(carry):
                 return (chunk(carry[0], geometry, steps)[0], None)
         else:
+            extra = jax.tree.map(dist.replicate, extra)
             if owned:
-                dist = distribute(start_runtime("xla"), "single", setup.shape)
                 chunk = in_fluid.owned_chunk(dist, setup, coupling, coupling.owned)
-            elif kernel == "native":
-                make = make_native_coupled_chunk(setup, coupling)
-                chunk = jax.jit(make, static_argnums=2, donate_argnums=(0, 3))
             else:
-                make = fluid_step.make_coupled_chunk(setup, fluid_step.SINGLE, coupling)
-                chunk = jax.jit(make, static_argnums=2, donate_argnums=(0, 3))
+                chunk = dist.coupled_chunk(setup, coupling)
 
             def advance(carry):
                 new_state, _, new_extra, _ = chunk(carry[0], geometry, steps, carry[1])
                 return (new_state, new_extra)
 
         self.advance = advance
-        self.carry = advance((state, extra))
+        # twice: a chunk's outputs may be placed otherwise than its first inputs (the MPI
+        # runs' replicated bodies), which compiles it once more
+        self.carry = advance(advance((state, extra)))
         jax.block_until_ready(self.carry)
         self.compile_s = time.perf_counter() - start
         self.seconds: list[float] = []
 
     def once(self) -> float:
+        _barrier(self.runtime)  # every process starts the chunk together
         t0 = time.perf_counter()
         self.carry = self.advance(self.carry)
         jax.block_until_ready(self.carry)
@@ -196,7 +227,7 @@ class Timed:
             raise FloatingPointError(f"{self.count} spheres: non-finite populations")
         rebuilds = 0 if self.coupling is None else int(self.carry[1].state.rebuilds)
         self.carry = None  # frees the grid
-        return rebuilds, (len(self.seconds) + 1) * self.steps
+        return rebuilds, (len(self.seconds) + 2) * self.steps
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -210,13 +241,20 @@ def main(argv: list[str] | None = None) -> int:
         "--bodies",
         choices=("replicated", "owned"),
         default="replicated",
-        help="how the bodies are held (coupling.bodies); owned: on this one device",
+        help="how the bodies are held (coupling.bodies)",
     )
     parser.add_argument(
         "--kernels",
         default="xla",
         help="fluid kernels (fluid.kernel), comma-separated: xla, native",
     )
+    parser.add_argument(
+        "--processes",
+        type=int,
+        default=1,
+        help="MPI processes (weak scaling: an edge^3 block and the counts' spheres each)",
+    )
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)
     counts = [int(c) for c in args.counts.split(",")]
@@ -225,14 +263,25 @@ def main(argv: list[str] | None = None) -> int:
     kernels = args.kernels.split(",")
     if any(k not in ("xla", "native") for k in kernels):
         parser.error(f"--kernels {args.kernels!r}: each of xla, native")
+    if args.processes < 1:
+        parser.error(f"--processes {args.processes}: at least 1")
+    if args.processes > 1 and not args.worker:
+        return launch_processes(args, argv if argv is not None else sys.argv[1:])
     owned = args.bodies == "owned"
+    runtime = start_runtime("mpi" if args.worker else "xla")
+    processes = runtime.process_count
+    shape = (processes * args.edge, args.edge, args.edge)
+    dist = distribute(runtime, [processes, 1, 1] if processes > 1 else "single", shape)
+    lead = runtime.process_index == 0
     copy_run = measure_copy("float32")
-    print(f"coupled step, D3Q19 TRT float32, {args.edge}^3 periodic, sphere radius "
-          f"{args.radius:g} cells, bodies {args.bodies}; {os.cpu_count()} cores, JAX "
-          f"{jax.__version__} on {jax.devices()[0].device_kind}")  # fmt: skip
+    if lead:
+        print(f"coupled step, D3Q19 TRT float32, {args.edge}^3 periodic per process, sphere "
+              f"radius {args.radius:g} cells, bodies {args.bodies}, {processes} process(es); "
+              f"{os.cpu_count()} cores, JAX {jax.__version__} on "
+              f"{jax.devices()[0].device_kind}")  # fmt: skip
     counts = sorted(counts)
     timed = [
-        Timed(args.edge, count, args.radius, args.steps, owned, kernel)
+        Timed(args.edge, count, args.radius, args.steps, owned, kernel, dist)
         for kernel in kernels
         for count in counts
     ]
@@ -244,11 +293,17 @@ def main(argv: list[str] | None = None) -> int:
         for t in timed:
             t.once()
     bandwidth = statistics.median(bandwidths)
+    if runtime.comm is not None:  # the slowest process's time of each round
+        for t in timed:
+            every = runtime.comm.allgather(t.seconds)
+            t.seconds = [max(column) for column in zip(*every, strict=True)]
     rows: list[CoupledBenchRow] = []
     for t in timed:
         if t.count == 0:
             fluid = t  # this kernel's fluid-only chunk (counts are sorted per kernel)
         rebuilds, body_steps = t.finish()
+        if not lead:
+            continue
         solid = t.solid
         cells = t.setup.cells
         mlups = cells * args.steps / statistics.median(t.seconds) / 1e6
@@ -258,7 +313,8 @@ def main(argv: list[str] | None = None) -> int:
         body_seconds /= args.steps
         row = CoupledBenchRow(
             kernel=t.kernel,
-            spheres=t.count,
+            processes=processes,
+            spheres=t.count * processes,
             bodies=args.bodies,
             radius_cells=args.radius,
             solid_fraction=solid,
@@ -281,14 +337,34 @@ def main(argv: list[str] | None = None) -> int:
         )
         rows.append(row)
         low, high = row.fraction_range
-        print(f"{t.kernel:>6} {t.count:>6} spheres  solid {100 * solid:5.2f} %  {mlups:7.2f} MLUPS "
+        print(f"{t.kernel:>6} {row.spheres:>6} spheres  solid {100 * solid:5.2f} %  "
+              f"{mlups:7.2f} MLUPS "
               f"({row.mlups_range[0]:.1f}-{row.mlups_range[1]:.1f})  "
               f"{100 * row.fraction_of_fluid:5.1f} % of fluid-only ({100 * low:.1f}-"
               f"{100 * high:.1f})  bodies {1e3 * body_seconds:7.2f} ms/step "
               f"({row.body_microseconds_per_sphere_step:.2f} us per sphere)  pair table "
               f"rebuilt {rebuilds}/{body_steps} steps  roofline {row.roofline_mlups:.1f} MLUPS"
               f"  compile {t.compile_s:.1f} s", flush=True)  # fmt: skip
-    if args.json:
+    if args.json and lead:
         with open(args.json, "w") as f:
             json.dump({"host": platform.node(), "rows": [asdict(r) for r in rows]}, f, indent=1)
     return 0
+
+
+def launch_processes(args: argparse.Namespace, argv: list[str]) -> int:
+    """Run this benchmark on ``args.processes`` MPI processes (one core each where the machine
+    has them; the native kernel's OpenMP on that one core), relaying their output."""
+    mpirun = shutil.which("mpirun")
+    if mpirun is None:
+        print("error: --processes needs mpirun (install Open MPI)", file=sys.stderr)
+        return 2
+    binding, _ = mpi_binding(args.processes, os.cpu_count() or 1, False)
+    command = [mpirun, "-n", str(args.processes), *binding, sys.executable, "-m",
+               "solver.bench.coupled", "--worker", *argv]  # fmt: skip
+    env = _child_env(None)
+    env.setdefault("OMP_NUM_THREADS", "1")
+    return subprocess.run(command, env=env, check=False).returncode
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
