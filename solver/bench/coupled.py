@@ -328,7 +328,9 @@ def main(argv: list[str] | None = None) -> int:
             fraction_of_fluid=statistics.median(fractions),
             fraction_range=(min(fractions), max(fractions)),
             body_seconds_per_step=body_seconds,
-            body_microseconds_per_sphere_step=1e6 * body_seconds / t.count if t.count else 0.0,
+            body_microseconds_per_sphere_step=(
+                1e6 * body_seconds / (t.count * processes) if t.count else 0.0
+            ),
             bandwidth_gbs=bandwidth / 1e9,
             roofline_mlups=bandwidth / (2 * D3Q19.q * 4) / 1e6,
             compile_s=t.compile_s,
