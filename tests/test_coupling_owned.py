@@ -2,11 +2,12 @@
 
 A duct of 16 x 18 x 18 nodes (walls on y and z, periodic along x) carries five spheres of
 radius 1.6 cells, placed against the faces of a 2 x 2 x 2 mesh (blocks of 8 x 9 x 9 cells,
-faces at 5 mm): one on a face, one across the corner of all eight blocks, one within reach of
-three faces, one across the periodic face x = 0 (its cover wraps onto the last blocks), and
-one 0.05 mm below the corner sphere (lubrication, then contact, across the z face). They settle
-and drift with the flow, so several cross a face during the run (migration), and every
-sphere's force is summed over the shards its stencil touches.
+faces at 5 mm): one just before the x face (the flow carries it across), one across the
+corner of all eight blocks, one within reach of three faces, one across the periodic face
+x = 0 (its cover wraps onto the last blocks), and one 0.05 mm below the corner sphere
+(lubrication, then contact, across the z face). They settle and drift with the flow, so
+several cross a face during the run (migration), and every sphere's force is summed over the
+shards its stencil touches.
 
 The owned path on one device reproduces the replicated one bit for bit (the same cover, the
 same forces, in the same order: asserted). Split, the cells' forces on a body add in another
@@ -31,29 +32,22 @@ from solver.errors import PreemptedError
 from solver.run import simulate
 
 SPHERES = [
-    (0.0052, 0.0025, 0.0028),  # on the x face
+    (0.004995, 0.0025, 0.0028),  # 5 um before the x face: the flow carries it across
     (0.0051, 0.0051, 0.0051),  # across the corner of all eight blocks, thrown down at
     (0.0075, 0.0072, 0.0051),  # near the z face: settles across it
     (0.0011, 0.0074, 0.0075),  # across the periodic face x = 0 (its cover wraps)
     (0.0051, 0.0051, 0.00309),  # 0.01 mm below the corner sphere: lubrication, contact
 ]
 THROWN = {1: "[0.0, 0.0, -0.03]"}  # m/s (lattice Mach 0.26): the corner sphere hits the one below
-
-
-def scene_bodies(spheres: list[tuple[float, float, float]]) -> str:
-    """coupling.scene.bodies for these sphere centres (m)."""
-    return (
-        "["
-        + ", ".join(
-            f"{{shape: sphere, material: bead, radius: 0.001, position: [{x}, {y}, {z}], "
-            f"velocity: {THROWN.get(i, '[0.0, 0.0, 0.0]')}}}"
-            for i, (x, y, z) in enumerate(spheres)
-        )
-        + "]"
+BODIES = (
+    "["
+    + ", ".join(
+        f"{{shape: sphere, material: bead, radius: 0.001, position: [{x}, {y}, {z}], "
+        f"velocity: {THROWN.get(i, '[0.0, 0.0, 0.0]')}}}"
+        for i, (x, y, z) in enumerate(SPHERES)
     )
-
-
-BODIES = scene_bodies(SPHERES)
+    + "]"
+)
 DUCT = [
     "case=duct", "fluid=d3q19", "coupling=psm", "case.side=0.01", "case.length=0.01",
     "case.u_max=0.02", "case.viscosity=1.0e-5", "case.density=1000", "case.resolution=16",
@@ -160,22 +154,15 @@ def test_owned_on_two_mpi_processes_matches_one(single, tmp_path):
 
 def test_owned_on_the_native_kernel_on_slabs_and_mpi_processes_matches_one(single, tmp_path):
     """fluid.kernel=native (the PSM collision inside the in-place kernel's sweep) with owned
-    bodies on two slabs along x: on two fake devices (xla halo, inside shard_map) and on two
-    MPI processes, the spheres migrate across the slab faces, the ghost's partial forces go
-    back to their owners, and both runs equal the native kernel's replicated run on one
-    device, which equals the XLA step's (float32 round-off: the kernel's arithmetic and the
-    forces' summation order differ)."""
-    assert_close(run(tmp_path / "xla", ["domain=single", "fluid.kernel=native"]), single,
-                 SPLIT_RELATIVE)  # fmt: skip
-    # the first sphere 5 um before the slabs' face at x = 5 mm: the flow carries it across
-    spheres = [(0.004995, *SPHERES[0][1:]), *SPHERES[1:]]
-    native = ["fluid.kernel=native", f"coupling.scene.bodies={scene_bodies(spheres)}"]
-    reference = run(tmp_path / "native", ["domain=single", *native])
-    slabs = [*native, "domain.mesh=[2,1,1]", OWNED]
+    bodies on two slabs along x, on two fake devices (xla halo, inside shard_map) and on two
+    MPI processes: the first sphere migrates across the slabs' face, the ghosts' partial
+    forces go back to their owners, and both runs equal the XLA step's replicated run on one
+    device (float32 round-off: the kernel's arithmetic and the forces' summation order)."""
+    slabs = ["fluid.kernel=native", "domain.mesh=[2,1,1]", OWNED]
     out = run(tmp_path / "two", slabs, devices=2)
     assert json.loads((out / "run.json").read_text())["config"]["fluid"]["kernel"] == "native"
-    assert last(out, "bodies.h5", "position")[0, 0] > 0.005, "the sphere did not cross the face"
-    assert_close(out, reference, SPLIT_RELATIVE)
+    assert SPHERES[0][0] < 0.005 < last(out, "bodies.h5", "position")[0, 0], "no migration"
+    assert_close(out, single, SPLIT_RELATIVE)
     processes = tmp_path / "mpi"
     args = [*DUCT, "checkpoint=none", *slabs, "domain.halo=mpi"]
     result = mpirun(
@@ -185,7 +172,7 @@ def test_owned_on_the_native_kernel_on_slabs_and_mpi_processes_matches_one(singl
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert json.loads((processes / "run.json").read_text())["domain"]["processes"] == 2
-    assert_close(processes, reference, SPLIT_RELATIVE)
+    assert_close(processes, single, SPLIT_RELATIVE)
 
 
 def test_owned_mesh_too_fine_is_a_config_error(tmp_path):
