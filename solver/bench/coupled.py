@@ -112,18 +112,15 @@ def build(
     edge: int, count: int, radius: float, owned: bool = False, kernel: str = "xla",
     blocks: int = 1,
 ):  # fmt: skip
-    """(setup, coupling or None, state, geometry, coupled bodies or None); ``owned``: the
+    """(setup, coupling or None, coupled bodies or None); ``owned``: the
     coupling with a layout of ``coupling.bodies=owned`` over ``blocks`` slabs along x;
     ``kernel``: fluid.kernel; ``blocks``: edge^3 blocks along x, each with ``count`` spheres."""
     setup = FluidSetup(
         lattice=D3Q19, shape=(blocks * edge, edge, edge), omega=1.0 / TAU, collision="trt",
         kernel=kernel,
     )  # fmt: skip
-    density, velocity = initial_fields(setup)
-    state = fluid_step.initial_state(setup, density, velocity)
-    geometry = fluid_step.make_geometry(setup)
     if count == 0:
-        return setup, None, state, geometry, None
+        return setup, None, None
     sites = np.concatenate(
         [sphere_sites(count, edge, radius, seed=b) + [b * edge, 0, 0] for b in range(blocks)]
     )
@@ -155,13 +152,13 @@ def build(
     )
     body_state = body_step.initial_state(bodies_setup, bodies)
     if not owned:
-        return setup, coupling, state, geometry, coupling.initial(body_state)
+        return setup, coupling, coupling.initial(body_state)
     reach = in_fluid.reach_of(bodies_setup, 1.0, radius + 1.0, 1.0)
     layout = in_fluid.plan_fluid_layout(
         bodies_setup, (blocks, 1, 1), (0.0,) * 3, tuple(float(n) for n in setup.shape), reach
     )
     coupling = dataclasses.replace(coupling, owned=layout)
-    return setup, coupling, state, geometry, coupling.owned_initial(body_state, blocks)
+    return setup, coupling, coupling.owned_initial(body_state, blocks)
 
 
 class Timed:
@@ -174,21 +171,19 @@ class Timed:
         dist: Distribution,
     ):  # fmt: skip
         blocks = dist.decomposition.shards
-        setup, coupling, state, geometry, extra = build(edge, count, radius, owned, kernel, blocks)
+        setup, coupling, extra = build(edge, count, radius, owned, kernel, blocks)
         self.setup, self.coupling, self.count, self.steps = setup, coupling, count, steps
         self.kernel, self.runtime = kernel, dist.runtime
         self.solid = count * 4.0 / 3.0 * math.pi * radius**3 / edge**3
         start = time.perf_counter()
-        if blocks > 1:  # the state placed as the run loop places it: this process's block
-            density, velocity = initial_fields(setup)
-            state = _with_placed_time(
-                fluid_step.initial_state(
-                    setup,
-                    dist.put(density, 0, setup.dtype),
-                    dist.put(velocity, 1, setup.dtype),
-                )
+        # the state placed as the run loop places it (this process's block under MPI)
+        density, velocity = initial_fields(setup)
+        state = _with_placed_time(
+            fluid_step.initial_state(
+                setup, dist.put(density, 0, setup.dtype), dist.put(velocity, 1, setup.dtype)
             )
-            geometry = dist.geometry(setup)
+        )
+        geometry = dist.geometry(setup)
         if coupling is None:
             chunk = dist.chunk(setup)
 
