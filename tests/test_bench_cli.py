@@ -99,3 +99,31 @@ def test_coupled_bench_on_two_mpi_processes(tmp_path):
     ]
     assert rows[0]["fraction_of_fluid"] == 1.0
     assert rows[1]["fraction_of_fluid"] > 0.0 and rows[1]["solid_fraction"] > 0
+
+
+def test_mpi_workers_do_not_inherit_the_parents_mpi_launch():
+    """A benchmark started from a process that had initialised MPI (mpi4py's singleton init
+    sets PMIX_* and OMPI_MCA_orte_* in the environment its children inherit) launches its own
+    mpirun job: with the inherited variables Open MPI's mpirun exits 1 without a word (this
+    failed the 2-process bench test whenever it ran after an in-process MPI test)."""
+    pytest.importorskip("mpi4py")
+    child = (
+        "import os, shutil, subprocess\n"
+        "from solver.bench.scaling import child_env\n"
+        "env = child_env(None)\n"
+        "launch = [k for k in os.environ if k.startswith(('PMIX_', 'OMPI_MCA_orte_'))]\n"
+        "left = [k for k in env if k.startswith(('PMIX_', 'ORTE_', 'OMPI_MCA_orte_'))]\n"
+        "run = [shutil.which('mpirun'), '-n', '1', 'true']\n"
+        "print(len(launch), len(left), subprocess.run(run, env=env).returncode)\n"
+    )
+    parent = (
+        "from mpi4py import MPI\n"
+        "import subprocess, sys\n"
+        f"subprocess.run([sys.executable, '-c', {child!r}])\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", parent], capture_output=True, text=True, timeout=120
+    )
+    inherited, left, returncode = (int(word) for word in done.stdout.split())
+    assert inherited > 0  # the parent's MPI launch is in the child's environment
+    assert left == 0 and returncode == 0, done.stderr[-2000:]

@@ -57,8 +57,8 @@ from kernels.lattices import D3Q19
 from kernels.neighbor_search import CellGrid
 from kernels.rigid_body import Bodies
 from solver.bench.fluid import initial_fields, measure_copy
-from solver.bench.scaling import _child_env, mpi_binding
-from solver.bench.scaling_worker import _barrier, _with_placed_time
+from solver.bench.scaling import child_env, mpi_binding
+from solver.bench.scaling_worker import barrier, with_placed_time
 from solver.bodies import step as body_step
 from solver.coupling.step import PsmCoupling
 from solver.distributed.bodies import in_fluid
@@ -178,7 +178,7 @@ class Timed:
         start = time.perf_counter()
         # the state placed as the run loop places it (this process's block under MPI)
         density, velocity = initial_fields(setup)
-        state = _with_placed_time(
+        state = with_placed_time(
             fluid_step.initial_state(
                 setup, dist.put(density, 0, setup.dtype), dist.put(velocity, 1, setup.dtype)
             )
@@ -209,7 +209,7 @@ class Timed:
         self.seconds: list[float] = []
 
     def once(self) -> float:
-        _barrier(self.runtime)  # every process starts the chunk together
+        barrier(self.runtime)  # every process starts the chunk together
         t0 = time.perf_counter()
         self.carry = self.advance(self.carry)
         jax.block_until_ready(self.carry)
@@ -358,7 +358,7 @@ def launch_processes(args: argparse.Namespace, argv: list[str]) -> int:
     binding, _ = mpi_binding(args.processes, os.cpu_count() or 1, False)
     command = [mpirun, "-n", str(args.processes), *binding, sys.executable, "-m",
                "solver.bench.coupled", "--worker", *argv]  # fmt: skip
-    env = _child_env(None)
+    env = child_env(None)
     env.setdefault("OMP_NUM_THREADS", "1")
     return subprocess.run(command, env=env, check=False).returncode
 

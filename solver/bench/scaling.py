@@ -218,9 +218,31 @@ def _has_gpu_plugin() -> bool:
     )
 
 
-def _child_env(fake_devices: int | None) -> dict[str, str]:
-    """The environment of a worker: fake CPU devices, or one device per MPI process."""
-    env = dict(os.environ)
+# What an MPI process carries in its environment once MPI is initialised (Open MPI's
+# singleton init by mpi4py sets PMIX_*, ORTE_* and OMPI_MCA_orte_* / ess / pmix, a launched
+# rank OMPI_COMM_WORLD_* and the like): inherited by a child's mpirun, they make it take itself
+# for a rank of the parent's job, and it exits 1 without a word (a benchmark started from a
+# Python process that had imported mpi4py). The user's own MCA settings stay.
+_LAUNCH_PREFIXES = ("PMIX_", "ORTE_", "OMPI_")
+_KEPT_PREFIXES = ("OMPI_ALLOW_RUN_AS_ROOT", "OMPI_MCA_")
+_DROPPED_MCA = ("OMPI_MCA_orte_", "OMPI_MCA_ess", "OMPI_MCA_pmix", "OMPI_MCA_initial_wdir")
+
+
+def without_launch(env: dict[str, str]) -> dict[str, str]:
+    """``env`` less the variables of an MPI process's own launch, so that an ``mpirun``
+    started with it launches a job of its own."""
+    return {
+        name: value
+        for name, value in env.items()
+        if not name.startswith(_LAUNCH_PREFIXES)
+        or (name.startswith(_KEPT_PREFIXES) and not name.startswith(_DROPPED_MCA))
+    }
+
+
+def child_env(fake_devices: int | None) -> dict[str, str]:
+    """The environment of a worker: fake CPU devices, or one device per MPI process (the
+    parent's own MPI launch variables dropped, ``without_launch``)."""
+    env = without_launch(dict(os.environ))
     flags = DEVICE_COUNT_FLAG.sub("", env.get("XLA_FLAGS", "")).split()
     if fake_devices is not None:
         flags.append(f"--xla_force_host_platform_device_count={fake_devices}")
@@ -303,12 +325,12 @@ def plan(args: argparse.Namespace, notes: list[str]) -> list[Launch]:
             for halo in halos[:1] if p == 1 else halos:
                 command = [mpirun, "-n", str(p), *bind_args, *_worker_args(args, halo)]
                 label = f"mpirun -n {p} ({halo} halo, bind {bind})"
-                launches.append(Launch("mpirun", command, _child_env(None), bind, label))
+                launches.append(Launch("mpirun", command, child_env(None), bind, label))
     if args.devices:
         notes.append(FAKE_NOTE)
     for n in args.devices:
         command = _worker_args(args, "xla")
-        launches.append(Launch("fake", command, _child_env(n), "none", f"{n} fake devices"))
+        launches.append(Launch("fake", command, child_env(n), "none", f"{n} fake devices"))
     return launches
 
 

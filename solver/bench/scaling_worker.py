@@ -35,7 +35,7 @@ def _box(lattice: str, shape: Sequence[int], kernel: str = "xla") -> FluidSetup:
     return replace(setup, shape=tuple(shape), kernel=kernel)
 
 
-def _barrier(runtime: Runtime) -> None:
+def barrier(runtime: Runtime) -> None:
     """Wait for every process, so that the timed sections run at the same time."""
     if runtime.comm is not None:
         runtime.comm.Barrier()
@@ -43,7 +43,7 @@ def _barrier(runtime: Runtime) -> None:
         runtime.broadcast_text("")  # a collective every process must join
 
 
-def _with_placed_time(state: FluidState) -> FluidState:
+def with_placed_time(state: FluidState) -> FluidState:
     """The state with its step counter placed as the chunk returns it (replicated over the
     populations' devices). Left uncommitted, as ``initial_state`` makes it, the sharded chunk
     compiles twice: once for the first call and again for its own output's placement."""
@@ -89,7 +89,7 @@ def time_point(
     setup = _box(lattice, decomposition.shape, kernel)
     dist = Distribution(runtime, decomposition, overlap)
     density, velocity = initial_fields(setup)
-    state = _with_placed_time(
+    state = with_placed_time(
         initial_state(setup, dist.put(density, 0, setup.dtype), dist.put(velocity, 1, setup.dtype))
     )
     geometry = dist.geometry(setup)
@@ -124,11 +124,11 @@ def time_point(
     cpu_share: dict[str, list[float]] = {name: [] for name in runs}
     bandwidths = []
     for r in range(repeats):
-        _barrier(runtime)
+        barrier(runtime)
         bandwidths.append(copy_run())
         # alternate the order, so that neither always runs right after the copy's cache flush
         for name in list(runs)[:: 1 if r % 2 == 0 else -1]:
-            _barrier(runtime)
+            barrier(runtime)
             seconds[name].append(_timed(runs[name], cpu_share[name]))
     seconds.setdefault("local", seconds["distributed"])
     cpu_share.setdefault("local", cpu_share["distributed"])
