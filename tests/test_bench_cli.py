@@ -82,13 +82,16 @@ def test_coupled_bench_rows_for_both_ways_of_holding_bodies(tmp_path, bodies, ke
         assert coupled["solid_fraction"] > 0
 
 
-def test_coupled_bench_on_two_mpi_processes(tmp_path):
+# owned bodies in make test-long (45 s against 17 s replicated): the launch, the rounds and
+# the rows are the same, and tests/test_coupling_owned.py holds the owned native step on MPI
+@pytest.mark.parametrize("bodies", ["replicated", pytest.param("owned", marks=pytest.mark.long)])
+def test_coupled_bench_on_two_mpi_processes(tmp_path, bodies):
     """``--processes 2``: weak scaling on two MPI processes (an edge^3 slab and the count's
-    spheres each, owned by the slab that holds them, on the native kernel): rank 0 writes the
-    rows for the whole grid and all the spheres."""
+    spheres each, on the native kernel, the bodies held as asked): rank 0 writes the rows for
+    the whole grid and all the spheres."""
     out = tmp_path / "coupled.json"
     cmd = [sys.executable, "-m", "solver.bench", "coupled", "--edge", "16", "--counts", "0,4",
-           "--steps", "4", "--repeats", "1", "--bodies", "owned", "--kernels", "native",
+           "--steps", "4", "--repeats", "1", "--bodies", bodies, "--kernels", "native",
            "--processes", "2", "--json", str(out)]  # fmt: skip
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
@@ -99,6 +102,7 @@ def test_coupled_bench_on_two_mpi_processes(tmp_path):
     ]
     assert rows[0]["fraction_of_fluid"] == 1.0
     assert rows[1]["fraction_of_fluid"] > 0.0 and rows[1]["solid_fraction"] > 0
+    assert all(r["bodies"] == bodies for r in rows)
 
 
 def test_mpi_workers_do_not_inherit_the_parents_mpi_launch():
