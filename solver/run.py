@@ -86,7 +86,8 @@ class Outcome:
 class Chunk:
     """One dispatched chunk: steps ``end - steps + 1 .. end``, dispatched at ``started``
     (perf_counter s); ``check``: its health check in flight (``HealthCheck.start``); after
-    ``read``: its ``seconds`` and ``problem``."""
+    ``read``: its ``seconds`` (wall time it took: the throughput's clock) and ``device_s``
+    (the part of it the host spent waiting for the chunk, not doing other work)."""
 
     end: int
     steps: int
@@ -94,6 +95,7 @@ class Chunk:
     compiling: bool
     check: Any
     seconds: float = 0.0
+    device_s: float = 0.0
     problem: Problem | None = None
     read: bool = False
 
@@ -273,15 +275,19 @@ def _run(config, output_dir, interactive, stops, hook, model_factory, cleanup) -
         return write_run_json(output_dir / "run.json", summary) if root else summary
 
     health = HealthCheck(model, runtime)
-    clock = {"timed_steps": 0, "read": 0.0}  # steps timed apart from compiling; last flag read
+    # steps timed apart from compiling; the last flag read; the end of the last host work
+    clock = {"timed_steps": 0, "read": 0.0, "host": 0.0}
 
     def read(chunk: Chunk) -> None:
         """Wait for the chunk's health flags and time the chunk: from its dispatch, or from the
-        previous chunk's end if it was queued behind that one."""
+        previous chunk's end if it was queued behind that one; its device wait from the end of
+        the host work done while it ran, if that was later (a pipelined chunk runs while the
+        host publishes the previous one: that work is the host's, telemetry's ``host_s``)."""
         chunk.problem = health.finish(chunk.check)
         chunk.read = True
         now = time.perf_counter()
         chunk.seconds = now - max(chunk.started, clock["read"])
+        chunk.device_s = now - max(chunk.started, clock["read"], clock["host"])
         clock["read"] = now
         if chunk.compiling:  # the first chunk of each length compiles: timed apart
             timing["compile"] += chunk.seconds
@@ -306,8 +312,9 @@ def _run(config, output_dir, interactive, stops, hook, model_factory, cleanup) -
         next chunk has taken it over)."""
         bar.update(chunk.end, timing["rate"] / 1e6)
         telemetry.after_chunk(
-            chunk.end, chunk.steps, chunk.seconds, chunk.compiling, timing["rate"], state
+            chunk.end, chunk.steps, chunk.device_s, chunk.compiling, timing["rate"], state
         )
+        clock["host"] = time.perf_counter()
 
     def settle(chunk: Chunk) -> None:
         """A deferred check: read, stop on a problem (the newer chunk is discarded), publish."""

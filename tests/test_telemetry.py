@@ -75,11 +75,23 @@ def test_no_straggler_at_the_factor_or_with_one_rank():
         detector.update(2, [1.0, 1.0])
 
 
+def test_straggler_needs_the_excess_over_the_chunk_above_the_floor():
+    # 12-step chunks: rank 0 is 2.6x the other's time, but 13 ms over the chunk is jitter
+    detector = StragglerDetector(1.5, 1, ["a", "b"], min_excess_s=0.1)
+    assert detector.update(12, [0.0018, 0.0007], steps=12) == []
+    assert detector.streak == [0, 0]
+    # the same ratio over 200-step chunks: 0.22 s per chunk above the other rank is slow
+    (named,) = detector.update(212, [0.0018, 0.0007], steps=200)
+    assert named.rank == 0 and named.worst_ratio == pytest.approx(0.0018 / 0.0007)
+    # a large excess below the factor is not slow either
+    assert StragglerDetector(1.5, 1, ["a", "b"], 0.1).update(1, [1.4, 1.0], steps=10) == []
+
+
 # ------------------------------------------------------------------ config
 
 
 DEFAULTS = {"enabled": True, "port": None, "address": "127.0.0.1", "straggler_factor": 1.5,
-            "straggler_chunks": 3, "halo_every": 10}  # fmt: skip
+            "straggler_chunks": 3, "straggler_min_s": 0.1, "halo_every": 10}  # fmt: skip
 
 
 @pytest.mark.parametrize(
@@ -90,6 +102,7 @@ DEFAULTS = {"enabled": True, "port": None, "address": "127.0.0.1", "straggler_fa
         ("address", "", "a host name or IP address"),
         ("straggler_factor", 1.0, "> 1"),
         ("straggler_chunks", 0, "an integer >= 1"),
+        ("straggler_min_s", -0.01, ">= 0"),
         ("halo_every", -1, "an integer >= 0"),
         ("enabled", "yes", "true | false"),
     ],

@@ -22,6 +22,9 @@ class TelemetryConfig:
         straggler_factor: a rank is slow in a chunk when its busy time per step exceeds this
             factor times the median of the other ranks' (> 1).
         straggler_chunks: a rank slow in this many consecutive timed chunks is named a straggler.
+        straggler_min_s: a rank is slow in a chunk only when its busy time also exceeds that
+            median by more than this many seconds over the chunk (>= 0; ignores the
+            millisecond jitter of short chunks).
         halo_every: time one halo exchange alone every this many chunks (0: never; runs on one
             shard never probe).
     """
@@ -31,6 +34,7 @@ class TelemetryConfig:
     address: str = "127.0.0.1"
     straggler_factor: float = 1.5
     straggler_chunks: int = 3
+    straggler_min_s: float = 0.1
     halo_every: int = 10
 
 
@@ -51,5 +55,6 @@ def parse_telemetry(s: Section) -> TelemetryConfig:
         address=address,
         straggler_factor=s.number("straggler_factor", low=1.0),
         straggler_chunks=s.integer("straggler_chunks", low=1),
+        straggler_min_s=s.number("straggler_min_s", low=0.0, low_open=False),
         halo_every=s.integer("halo_every", low=0),
     )

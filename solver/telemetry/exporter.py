@@ -1,8 +1,9 @@
 """Prometheus metrics of a batch run, served by process 0 for all ranks (prometheus-client).
 
 Exported (prefix ``solver_run_``), per rank with labels ``rank`` and ``host``:
-``step_seconds`` (wall s per step in the latest chunk), ``chunk_seconds``, ``host_seconds``
-(host work between chunks), ``sync_wait_seconds`` (wait at the end-of-chunk barrier),
+``step_seconds`` (s per step waited for the latest chunk, chunk_s), ``chunk_seconds``,
+``host_seconds`` (host work between chunks), ``sync_wait_seconds`` (wait at the end-of-chunk
+barrier),
 ``exchange_seconds`` (one halo exchange alone, the latest probe),
 ``device_memory_bytes``, ``device_memory_peak_bytes`` (GPUs only), ``host_rss_bytes``,
 ``host_rss_peak_bytes``, ``straggler`` (1 while the rank is a named straggler); for the run:
@@ -25,8 +26,8 @@ from solver.telemetry.records import VALUES
 PREFIX = "solver_run"
 # per-rank gauge name -> (help text, the gathered value it shows)
 RANK_GAUGES = {
-    "step_seconds": ("wall s per step in the latest chunk", "chunk_s"),
-    "chunk_seconds": ("wall s of the latest chunk", "chunk_s"),
+    "step_seconds": ("s per step the rank waited for the latest chunk (chunk_s)", "chunk_s"),
+    "chunk_seconds": ("s the rank waited for the latest chunk (chunk_s)", "chunk_s"),
     "host_seconds": ("host work s between the latest chunks", "host_s"),
     "sync_wait_seconds": (
         "s waited at the end-of-chunk barrier for the last rank",

@@ -99,7 +99,7 @@ class Telemetry:
         self.delay = injected_delay(runtime.process_index)
         self.hosts = gather_texts(runtime, socket.gethostname())
         self.detector = StragglerDetector(
-            config.straggler_factor, config.straggler_chunks, self.hosts
+            config.straggler_factor, config.straggler_chunks, self.hosts, config.straggler_min_s
         )
         self.devices = jax.local_devices()
         if self.root:
@@ -160,7 +160,7 @@ class Telemetry:
         if not compiling:
             self.busy_timed_s += chunk_s + host_s
             self.timed_busy.append([float(b) for b in busy])
-            named = self.detector.update(step, busy)
+            named = self.detector.update(step, busy, steps)
         if self.root:
             for s in named:
                 log.warning(
@@ -210,6 +210,7 @@ class Telemetry:
             "ranks": ranks,
             "straggler_factor": self.config.straggler_factor,
             "straggler_chunks": self.config.straggler_chunks,
+            "straggler_min_s": self.config.straggler_min_s,
             "stragglers": [s.as_dict() for s in self.detector.episodes],
             "metrics_port": None if self.metrics is None else self.metrics.port,
             "overhead_s": self.own_s,

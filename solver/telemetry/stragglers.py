@@ -3,8 +3,11 @@
 In each timed chunk every rank's busy time per step (its chunk plus its host work, without the
 wait for the others) is compared with the median of the other ranks' times (a straggler is not
 part of its own reference: with two ranks it is compared with the other one, with many the
-reference is close to the median of all). A rank whose time exceeds ``factor`` x that median
-is *slow* in that chunk; slow in ``chunks`` consecutive timed chunks, it is named a straggler.
+reference is close to the median of all). A rank whose time exceeds ``factor`` x that median,
+and by more than ``min_excess_s`` over the whole chunk, is *slow* in that chunk; slow in
+``chunks`` consecutive timed chunks, it is named a straggler. The floor keeps the jitter of
+short chunks (process 0's output and CSV writes, a busy shared host: milliseconds) from naming a
+rank whose delay costs the others nothing that matters.
 One named episode lasts until the rank is no longer slow; a later streak is a new episode. Pure
 host logic on numbers (no I/O).
 """
@@ -48,10 +51,15 @@ class StragglerDetector:
         factor: slow means busy time > factor x the median of the other ranks (factor > 1).
         chunks: consecutive slow chunks before a rank is named (>= 1).
         hosts: host name per rank.
+        min_excess_s: slow also means busy time above that median by more than this many
+            seconds over the chunk (>= 0).
     """
 
-    def __init__(self, factor: float, chunks: int, hosts: Sequence[str]) -> None:
+    def __init__(
+        self, factor: float, chunks: int, hosts: Sequence[str], min_excess_s: float = 0.0
+    ) -> None:
         self.factor, self.chunks, self.hosts = factor, chunks, list(hosts)
+        self.min_excess_s = min_excess_s
         self.streak = [0] * len(self.hosts)
         self.first = [0] * len(self.hosts)
         self.worst = [0.0] * len(self.hosts)
@@ -63,8 +71,9 @@ class StragglerDetector:
         """Ranks named and still slow in the latest chunk."""
         return set(self._open)
 
-    def update(self, step: int, busy_s: Sequence[float]) -> list[Straggler]:
-        """Take one timed chunk ending at ``step``: ``busy_s[r]`` s per step of rank r.
+    def update(self, step: int, busy_s: Sequence[float], steps: int = 1) -> list[Straggler]:
+        """Take one timed chunk of ``steps`` steps ending at ``step``: ``busy_s[r]`` s per step
+        of rank r.
 
         Returns:
             the episodes named by this chunk (each rank once per episode).
@@ -77,7 +86,8 @@ class StragglerDetector:
             others = np.delete(times, rank)
             median = float(np.median(others)) if others.size else 0.0
             ratio = float(t / median) if median > 0 else 1.0
-            if not ratio > self.factor:
+            excess_s = (t - median) * steps
+            if not (ratio > self.factor and excess_s > self.min_excess_s):
                 self.streak[rank] = 0
                 self._open.pop(rank, None)
                 continue
