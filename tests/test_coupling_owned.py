@@ -141,6 +141,10 @@ def test_owned_on_eight_fake_devices_matches_one(single, tmp_path):
     assert_close(out, single, SPLIT_RELATIVE)
 
 
+# make test-long: make test runs owned bodies on MPI processes on the native kernel (below; the
+# same passes of the owned bodies around the kernel, the same mpi halo), and the XLA step's
+# owned passes split three ways on fake devices (above)
+@pytest.mark.long
 def test_owned_on_two_mpi_processes_matches_one(single, tmp_path):
     out = tmp_path / "run"
     args = [*DUCT, "checkpoint=none", "domain.mesh=[1,1,2]", "domain.halo=mpi", OWNED]

@@ -20,6 +20,9 @@ from solver_cli import run_solver
 # a 3D case whose diagnostics read the final velocity (its error against the exact solution)
 TAYLOR_GREEN = ["case=taylor_green", "fluid=d3q19", "case.resolution=12", "steps=20",
                 "output.fields=false"]  # fmt: skip
+# what is gathered and reported is checked, not the arithmetic: every run compiles without LLVM
+# optimisation (the same flags in every run, so the PNGs compared pixel for pixel come alike)
+FAST = {"XLA_FLAGS": "--xla_backend_optimization_level=0"}
 
 
 def summary(run_dir: Path) -> dict:
@@ -29,14 +32,14 @@ def summary(run_dir: Path) -> dict:
 @pytest.fixture(scope="module")
 def gathered(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("gathered")
-    result = run_solver([*TAYLOR_GREEN, f"hydra.run.dir={out}"])
+    result = run_solver([*TAYLOR_GREEN, f"hydra.run.dir={out}"], FAST)
     assert result.returncode == 0, result.stderr[-2000:]
     return out
 
 
 def test_above_the_limit_skips_field_diagnostics_and_draws_the_plane(gathered, tmp_path):
     out = tmp_path / "run"
-    result = run_solver([*TAYLOR_GREEN, "output.gather_cells=1000", f"hydra.run.dir={out}"])
+    result = run_solver([*TAYLOR_GREEN, "output.gather_cells=1000", f"hydra.run.dir={out}"], FAST)
     assert result.returncode == 0, result.stderr[-2000:]
     ours, reference = summary(out), summary(gathered)
     assert reference["diagnostics"], "the gathered run reports its diagnostics"
@@ -56,7 +59,7 @@ def test_force_diagnostics_survive_the_limit(tmp_path):
     out = tmp_path / "run"
     args = ["case=cylinder", "case.resolution=6", "steps=40", "output.fields=false",
             "output.gather_cells=100", f"hydra.run.dir={out}"]  # fmt: skip
-    result = run_solver(args)
+    result = run_solver(args, FAST)
     assert result.returncode == 0, result.stderr[-2000:]
     ours = summary(out)
     assert "cd_mean" in ours["diagnostics"]
@@ -72,7 +75,7 @@ def test_processes_gather_the_plane_only(gathered, tmp_path, halo):
     out = tmp_path / "run"
     args = ["-m", "solver", *TAYLOR_GREEN, "domain.mesh=[1,1,2]", f"domain.halo={halo}",
             "output.gather_cells=1000", f"hydra.run.dir={out}"]  # fmt: skip
-    result = mpirun(2, args, extra_env={"SOLVER_GATHER_SLAB_BYTES": "600"})
+    result = mpirun(2, args, extra_env={"SOLVER_GATHER_SLAB_BYTES": "600", **FAST})
     assert result.returncode == 0, result.stderr[-3000:]
     ours = summary(out)
     assert ours["diagnostics"] == {} and "diagnostics_skipped" in ours
@@ -87,6 +90,6 @@ def test_xla_processes_gather_in_slabs(gathered, tmp_path):
     out = tmp_path / "run"
     args = ["-m", "solver", *TAYLOR_GREEN, "domain.mesh=[2,1,1]", "domain.halo=xla",
             f"hydra.run.dir={out}"]  # fmt: skip
-    result = mpirun(2, args, extra_env={"SOLVER_GATHER_SLAB_BYTES": "600"})
+    result = mpirun(2, args, extra_env={"SOLVER_GATHER_SLAB_BYTES": "600", **FAST})
     assert result.returncode == 0, result.stderr[-3000:]
     assert summary(out)["diagnostics"] == summary(gathered)["diagnostics"]
