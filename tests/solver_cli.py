@@ -8,6 +8,10 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+# XLA_FLAGS for runs whose arithmetic a test does not examine, or compares only with runs
+# compiled alike: no LLVM optimisation, so the compilation (most of a small run's time) is
+# shorter, and without FMA contraction a split run rounds as the whole one does.
+FAST_COMPILE = "--xla_backend_optimization_level=0"
 
 
 def run_solver(

@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 import pytest
+from solver_cli import FAST_COMPILE
 
 from kernels.lattices import lattice_by_name
 
@@ -61,7 +62,7 @@ def test_gpu_check_probe_is_a_real_loop():
 
 # the coupled bench's rows and figures, not its speed, are checked here: its programs compile
 # without LLVM optimisation (the 24^3 run with both kernels: 48 s -> 29 s)
-FAST_COMPILE = {**os.environ, "XLA_FLAGS": "--xla_backend_optimization_level=0"}
+FAST_ENV = {**os.environ, "XLA_FLAGS": FAST_COMPILE}
 
 
 # the owned rows in make test-long: the replicated case covers the bench's rows and figures,
@@ -77,7 +78,7 @@ def test_coupled_bench_rows_for_both_ways_of_holding_bodies(tmp_path, bodies, ke
     cmd = [sys.executable, "-m", "solver.bench", "coupled", "--edge", "24", "--counts", "0,8",
            "--steps", "4", "--repeats", "1", "--bodies", bodies, "--kernels", ",".join(kernels),
            "--json", str(out)]  # fmt: skip
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=FAST_COMPILE)
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=FAST_ENV)
     assert done.returncode == 0, done.stderr[-2000:]
     rows = json.loads(out.read_text())["rows"]
     expected = [(k, n, bodies) for k in kernels for n in (0, 8)]
@@ -99,7 +100,7 @@ def test_coupled_bench_on_two_mpi_processes(tmp_path, bodies):
     cmd = [sys.executable, "-m", "solver.bench", "coupled", "--edge", "16", "--counts", "0,4",
            "--steps", "4", "--repeats", "1", "--bodies", bodies, "--kernels", "native",
            "--processes", "2", "--json", str(out)]  # fmt: skip
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=FAST_COMPILE)
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=FAST_ENV)
     assert done.returncode == 0, done.stderr[-2000:]
     rows = json.loads(out.read_text())["rows"]
     assert [(r["processes"], r["spheres"], r["cells"]) for r in rows] == [

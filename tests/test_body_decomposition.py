@@ -31,6 +31,7 @@ import numpy as np
 import pytest
 from body_decomposition_worker import reference, scene
 from mpi import mpirun
+from solver_cli import FAST_COMPILE
 
 from solver.bodies import step as bs
 from solver.distributed.bodies import BodyOverflowError, plan_layout
@@ -41,7 +42,6 @@ WORKER = str(Path(__file__).resolve().parent / "body_decomposition_worker.py")
 # The split runs compile with LLVM's optimisations off (compiling is most of their time); the
 # reference stays at the production level, so the bound below also covers the FMA contractions
 # that -O0 leaves out
-FAST_COMPILE = "--xla_backend_optimization_level=0"
 ROOT = Path(__file__).resolve().parent.parent
 STEPS = 100
 STATE_RTOL = 1e-10  # see the module docstring

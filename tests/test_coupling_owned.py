@@ -25,7 +25,7 @@ import numpy as np
 import pytest
 from hooks import SignalAt
 from mpi import mpirun
-from solver_cli import run_solver
+from solver_cli import FAST_COMPILE, run_solver
 
 from solver.api import compose_config
 from solver.errors import PreemptedError
@@ -61,7 +61,6 @@ DUCT = [
 OWNED = "coupling.bodies=owned"
 # float32 round-off of the summation order (module docstring): measured <= 2e-6, 10x
 SPLIT_RELATIVE = 2e-5
-FAST_COMPILE = "--xla_backend_optimization_level=0"
 
 
 def track(run_dir: Path) -> np.ndarray:

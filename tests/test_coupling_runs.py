@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from hooks import SignalAt
 from mpi import mpirun
-from solver_cli import run_solver
+from solver_cli import FAST_COMPILE, run_solver
 
 from solver.api import compose_config
 from solver.errors import PreemptedError
@@ -33,7 +33,6 @@ SPLIT_RELATIVE = 1e-5
 # The single, split and MPI runs compile with LLVM's optimisations off: 24 steps, so compiling
 # is nearly all their time; whether a split equals one device is a property of the XLA program
 # (as in test_distributed_equality.py)
-FAST_COMPILE = "--xla_backend_optimization_level=0"
 
 
 def track(run_dir: Path) -> np.ndarray:

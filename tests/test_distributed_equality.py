@@ -32,10 +32,10 @@ from pathlib import Path
 
 import pytest
 from mpi import mpirun
+from solver_cli import FAST_COMPILE
 
 ROOT = Path(__file__).resolve().parent.parent
 WORKER = str(Path(__file__).resolve().parent / "distributed_worker.py")
-FAST_COMPILE = "--xla_backend_optimization_level=0"
 # max |f - f_ref| for curved walls with FMA on; measured <= 2.4e-7 after 5 float32 steps
 # (populations ~0.03-0.4, so a few ulps)
 CURVED_FMA_BOUND = 2e-6

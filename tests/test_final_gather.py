@@ -15,14 +15,14 @@ import numpy as np
 import pytest
 from mpi import mpirun
 from PIL import Image
-from solver_cli import run_solver
+from solver_cli import FAST_COMPILE, run_solver
 
 # a 3D case whose diagnostics read the final velocity (its error against the exact solution)
 TAYLOR_GREEN = ["case=taylor_green", "fluid=d3q19", "case.resolution=12", "steps=20",
                 "output.fields=false"]  # fmt: skip
 # what is gathered and reported is checked, not the arithmetic: every run compiles without LLVM
 # optimisation (the same flags in every run, so the PNGs compared pixel for pixel come alike)
-FAST = {"XLA_FLAGS": "--xla_backend_optimization_level=0"}
+FAST = {"XLA_FLAGS": FAST_COMPILE}
 
 
 def summary(run_dir: Path) -> dict:

@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import trimesh
-from solver_cli import ROOT, run_solver
+from solver_cli import FAST_COMPILE, ROOT, run_solver
 
 from kernels.boundaries import momentum_exchange, momentum_exchange_moment
 from kernels.lattices import D3Q19, D3Q27
@@ -321,7 +321,7 @@ def test_tiny_tunnel_run_writes_coefficients_and_the_body(tmp_path):
         SMALL + ["case.resolution=4", "case.ramp_time=0", "steps=50", "chunk=50",
                  "output.every=50", "checkpoint=none", f"hydra.run.dir={tmp_path}"],
         # no LLVM optimisation: what is checked here is the run's outputs, not its speed
-        {"XLA_FLAGS": "--xla_backend_optimization_level=0"},
+        {"XLA_FLAGS": FAST_COMPILE},
         timeout=300,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr

@@ -22,7 +22,7 @@ import h5py
 import numpy as np
 import pytest
 import trimesh
-from solver_cli import ROOT, run_solver
+from solver_cli import FAST_COMPILE, ROOT, run_solver
 
 from kernels.lattices import D3Q19, D3Q27
 from solver.fluid.geometry import (
@@ -42,7 +42,6 @@ from solver.fluid.geometry.raster import pierce
 from solver.fluid.geometry.shapes import icosphere
 
 SHAPE = (30, 27, 25)  # uneven on purpose
-FAST_COMPILE = "--xla_backend_optimization_level=0"  # no FMA contraction: bitwise across splits
 FORCE_RTOL = 1e-4  # obstacle forces are sums whose order follows the blocks
 
 

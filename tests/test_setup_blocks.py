@@ -154,12 +154,12 @@ def test_processes_build_only_their_blocks():
 def _setup_worker_records(overrides: list[str]) -> list[dict]:
     """The RESULT records of ``solver.bench.setup_memory --worker`` on 2 MPI processes."""
     from mpi import mpirun
+    from solver_cli import FAST_COMPILE
 
     args = ["-m", "solver.bench.setup_memory", "--worker", "--", *overrides,
             "output.fields=false", "output.png=false"]  # fmt: skip
     # what is built is checked, not the step's arithmetic: compiled without LLVM optimisation
-    fast = {"XLA_FLAGS": "--xla_backend_optimization_level=0"}
-    result = mpirun(2, args, timeout=300, extra_env=fast)
+    result = mpirun(2, args, timeout=300, extra_env={"XLA_FLAGS": FAST_COMPILE})
     assert result.returncode == 0, result.stderr[-3000:]
     records = result_records(result.stdout)
     assert sorted(r["rank"] for r in records) == [0, 1], result.stdout[-3000:]
