@@ -27,9 +27,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import jax
 import numpy as np
 import pytest
-from body_decomposition_worker import reference, scene
+from body_decomposition_worker import BOX, reference, scene
 from mpi import mpirun
 from solver_cli import FAST_COMPILE
 
@@ -194,3 +195,75 @@ def test_clumps_are_refused():
     )
     with pytest.raises(NotImplementedError, match="clumps"):
         plan_layout(clumped, (2, 1, 1))
+
+
+def test_kept_pair_table_gives_the_rebuilt_forces_and_is_rebuilt_when_it_must():
+    """``local_contacts`` over a pair table kept from the step before (a Verlet list of the
+    owned slots) equals a rebuild every step, and rebuilds when a body moved too far or a slot
+    changed hands. The scene's 216 spheres, pressed together on one subdomain, are moved by
+    small random steps (contacts open and close), each step evaluated both ways from its own
+    tables."""
+    from solver.distributed.bodies.forces import local_contacts, unbuilt_table
+    from solver.distributed.bodies.step import _origin
+
+    setup, bodies = scene()
+    layout = plan_layout(setup, (1, 1, 1), capacity=setup.n_bodies, max_partners=24)
+    host = host_subdomains(setup, layout, bodies)
+    grid, _ = layout.local_grid()
+    params = setup.params(np.float64)
+    origin = _origin(layout, np.zeros(3, np.int32), np.float64)
+    rows = layout.capacity
+    gid = np.asarray(host["gid"])
+    state = {name: np.asarray(host[name]) for name in ("partners", "history", "plane_history")}
+    placed = jax.tree.map(jax.numpy.asarray, host["bodies"])
+
+    def contacts(position, gid, tables, kept=None):
+        return local_contacts(
+            setup, grid, origin, gid, placed.replace(position=position), rows,
+            tables["partners"], tables["history"], tables["plane_history"], params, kept,
+        )  # fmt: skip
+
+    evaluate = jax.jit(contacts)
+
+    def springs(result) -> np.ndarray:
+        """(rows, n, 3) the tangential spring of each pair, by the partner's id."""
+        partners, history = np.asarray(result.partners), np.asarray(result.history)
+        dense = np.zeros((rows, setup.n_bodies, 3))
+        row, slot = np.nonzero(partners >= 0)
+        dense[row, partners[row, slot]] = history[row, slot]
+        return dense
+    rng = np.random.default_rng(5)
+    # the lattice pressed together about the box's centre: gaps of about a tenth of a radius
+    # either way, so that the random steps open and close contacts
+    position = 0.5 * BOX + 0.68 * (np.asarray(placed.position) - 0.5 * BOX)
+    assert np.all(gid >= 0)  # one subdomain: every slot holds a body
+    rebuilt_tables, kept_tables = dict(state), dict(state)
+    kept = unbuilt_table(rows, rows, layout.max_partners, np.float64)
+    step = setup.rebuild_distance / 3  # several steps between rebuilds
+    rebuilds, touching = [], []
+    for _ in range(12):
+        fresh = evaluate(position, gid, rebuilt_tables)
+        reused = evaluate(position, gid, kept_tables, kept)
+        rebuilds.append(int(reused.cell_count) > 0)  # zero where the table was kept
+        touching.append(int(np.sum(fresh.contact_count)))
+        for field in ("force", "torque"):
+            np.testing.assert_allclose(
+                getattr(reused, field), getattr(fresh, field), rtol=1e-12, atol=1e-15
+            )
+        # the springs per pair (the two tables list the pairs out of contact differently)
+        np.testing.assert_allclose(springs(reused), springs(fresh), rtol=1e-12, atol=1e-15)
+        np.testing.assert_array_equal(reused.contact_count, fresh.contact_count)
+        kept, evaluated_at = reused.kept, position
+        rebuilt_tables = {n: getattr(fresh, n) for n in state}
+        kept_tables = {n: getattr(reused, n) for n in state}
+        direction = rng.standard_normal(position.shape)
+        position = position + step * direction / np.linalg.norm(direction, axis=1)[:, None]
+    print(f"rebuilt at steps {np.flatnonzero(rebuilds).tolist()}, touching {touching}")
+    assert rebuilds[0] and not all(rebuilds[1:]) and any(rebuilds[1:]), rebuilds
+    assert len(set(touching)) > 1, f"no contact opened or closed: {touching}"
+    # a slot that changes hands rebuilds at once, though nothing moved
+    swapped = gid.copy()
+    swapped[[0, 1]] = swapped[[1, 0]]
+    same = evaluate(evaluated_at, gid, kept_tables, kept)
+    assert int(same.cell_count) == 0
+    assert int(evaluate(evaluated_at, swapped, kept_tables, same.kept).cell_count) > 0

@@ -526,7 +526,7 @@ class PsmCoupling:
             origin = cell_list_origin(layout, coords, body_dtype)
 
             def substep(carry, _):
-                sub, needs = carry
+                sub, needs, table = carry
                 found = []
 
                 def forces_fn(bodies) -> tuple[Array, Array]:
@@ -537,7 +537,7 @@ class PsmCoupling:
                     all_bodies = _joined(bodies, g_bodies)
                     result = local_contacts(
                         self.bodies, grid, origin, all_gid, all_bodies, rows, sub.partners,
-                        sub.history, sub.plane_history, body_params,
+                        sub.history, sub.plane_history, body_params, table,
                     )  # fmt: skip
                     found.append((result, g_needed))
                     force = result.force + external[0]
@@ -563,12 +563,13 @@ class PsmCoupling:
                 needs = jnp.maximum(
                     needs, jnp.stack([g_needed, result.cell_count, result.partner_count])
                 )
-                return (sub, needs), None
+                return (sub, needs, result.kept), None
 
             zero = jnp.zeros((), jnp.int32)
-            (sub, needs), _ = lax.scan(
-                substep, (sub, jnp.zeros((3,), jnp.int32)), None, length=self.substeps
-            )
+            (sub, needs, table), _ = lax.scan(
+                substep, (sub, jnp.zeros((3,), jnp.int32), extra.table), None,
+                length=self.substeps,
+            )  # fmt: skip
             seen = jnp.stack([
                 slots, jnp.maximum(jnp.maximum(ghost_needed, back_needed), needs[0]), message,
                 needs[1], needs[2], zero,
@@ -580,7 +581,7 @@ class PsmCoupling:
             values = jnp.concatenate([sub.bodies.position, sub.bodies.velocity, force_si], axis=1)
             report = jnp.zeros((tracked + 1, TRACK_FIELDS), body_dtype).at[place].set(values)
             report = halo.sum(report[:tracked])
-            return in_fluid.OwnedBodies(sub, force_si, torque_si), report
+            return in_fluid.OwnedBodies(sub, force_si, torque_si, table), report
 
         return BodyPasses(before, after)
 

@@ -47,6 +47,27 @@ class LocalContacts(NamedTuple):
     cell_count: Array  # int32, bodies in the fullest cell (capacity needed)
     partner_count: Array  # int32, the longest row (max_partners needed)
     ghost_contacts: Array  # int32, active contacts of owned bodies with ghosts
+    kept: KeptTable | None = None  # the pair table for the next step (``local_contacts``)
+
+
+class KeptTable(NamedTuple):
+    """The owned bodies' pair table kept from one body step to the next (a Verlet list over
+    the owned and ghost slots, as the single-device step keeps its own): valid while the slots
+    hold the bodies they held when it was built and none of them has moved more than
+    ``BodySetup.rebuild_distance`` since."""
+
+    gid: Array  # (n,) int32 the slots' global ids at the build; -2 everywhere: never built
+    position: Array  # (n, 3) m, their centres then
+    table: Array  # (rows, K) int32 local partner slots in summation order, -1 padding
+
+
+def unbuilt_table(slots: int, rows: int, width: int, dtype) -> KeptTable:
+    """A ``KeptTable`` that the next step rebuilds (for ``slots`` owned and ghost slots)."""
+    return KeptTable(
+        gid=jnp.full((slots,), -2, jnp.int32),
+        position=jnp.zeros((slots, 3), dtype),
+        table=jnp.full((rows, width), -1, jnp.int32),
+    )
 
 
 def full_neighbors(
@@ -134,6 +155,7 @@ def local_contacts(
     history: Array,
     plane_history: Array,
     params: ContactParams,
+    kept: KeptTable | None = None,
 ) -> LocalContacts:
     """Forces on the owned bodies (the first ``rows`` slots) from owned bodies and ghosts.
 
@@ -145,6 +167,12 @@ def local_contacts(
         partners, history, plane_history: the owned bodies' tables of the previous step (global
             ids), (rows, K), (rows, K, 3), (rows, p, 3).
         params: the scene's material values (per global id), planes and gravity.
+        kept: the pair table of the previous step; it is kept (no cell list, no sort, the
+            springs as they are) while every slot holds the body it held at the build and none
+            has moved more than ``setup.rebuild_distance``, else rebuilt (``lax.cond``). A
+            kept table gives the forces of a rebuilt one: its extra pairs are not touching and
+            add exact zeros, its touching pairs sit in the same (global id) order. None:
+            rebuilt, and no table returned.
     """
     p = setup.n_planes
     active = gid >= 0
@@ -155,12 +183,34 @@ def local_contacts(
     omega = rigid_body.angular_velocity(bodies)
     inverse_mass = _mass_inverse(bodies)
 
-    table, row_length, cell_count = full_neighbors(
-        grid, x, x - origin, radius, active, rows, setup.skin
-    )
-    table = _summation_order(table, gid, rows, setup.n_bodies)
-    new_partners = jnp.where(table >= 0, gid[jnp.where(table >= 0, table, 0)], -1)
-    old_history = carry_history(partners, history, new_partners)
+    def rebuild(_) -> tuple[Array, Array, Array, Array, Array]:
+        table, row_length, cell_count = full_neighbors(
+            grid, x, x - origin, radius, active, rows, setup.skin
+        )
+        table = _summation_order(table, gid, rows, setup.n_bodies)
+        new_partners = jnp.where(table >= 0, gid[jnp.where(table >= 0, table, 0)], -1)
+        old_history = carry_history(partners, history, new_partners)
+        return table, new_partners, old_history, jnp.max(row_length), cell_count
+
+    if kept is None:
+        table, new_partners, old_history, partner_count, cell_count = rebuild(None)
+    else:
+        # kept while the slots hold the bodies of the build and the previous step's partners
+        # are the table's: nothing to rebuild or to carry (the counts were taken at the build)
+        def keep(_) -> tuple[Array, Array, Array, Array, Array]:
+            zero = jnp.zeros((), jnp.int32)
+            return kept.table, partners, history, zero, zero
+
+        listed = jnp.where(kept.table >= 0, gid[jnp.where(kept.table >= 0, kept.table, 0)], -1)
+        drift = jnp.where(active, jnp.sum((x - kept.position) ** 2, axis=1), 0.0)
+        rebuilt = (
+            jnp.any(gid != kept.gid) | jnp.any(partners != listed)
+            | (jnp.max(drift) > setup.rebuild_distance**2)
+        )  # fmt: skip
+        table, new_partners, old_history, partner_count, cell_count = jax.lax.cond(
+            rebuilt, rebuild, keep, None
+        )
+        kept = KeptTable(gid, jnp.where(rebuilt, x, kept.position), table)
 
     width = table.shape[1]
     owner = jnp.repeat(jnp.arange(rows, dtype=jnp.int32), width, total_repeat_length=rows * width)
@@ -256,6 +306,7 @@ def local_contacts(
         plane_history=new_plane_history,
         contact_count=count,
         cell_count=cell_count,
-        partner_count=jnp.max(row_length),
+        partner_count=partner_count,
         ghost_contacts=ghost_contacts,
+        kept=kept,
     )

@@ -45,6 +45,7 @@ from solver.bodies.step import BodySetup
 from solver.distributed.bodies import records
 from solver.distributed.bodies.exchange import _vacate as vacate_slots
 from solver.distributed.bodies.exchange import owner_index
+from solver.distributed.bodies.forces import KeptTable, unbuilt_table
 from solver.distributed.bodies.layout import (
     CAPACITY_NAMES,
     BodyLayout,
@@ -73,11 +74,14 @@ class OwnedBodies:
         sub: the owned slots (records.SubdomainState; force and torque: the total at the
             body's time, as velocity Verlet wants them).
         hydro_force, hydro_torque: (C, 3) N, N m, the hydrodynamic force of the last fluid step.
+        table: the owned bodies' pair table kept between body steps (``forces.KeptTable``;
+            rebuilt at the chunk's first body step and whenever a slot changes hands).
     """
 
     sub: SubdomainState
     hydro_force: Array
     hydro_torque: Array
+    table: KeptTable
 
     def replace(self, **changes) -> OwnedBodies:
         return dataclasses.replace(self, **changes)
@@ -320,7 +324,7 @@ def migrate(
 def _vacate(owned: OwnedBodies, leaving: Array) -> OwnedBodies:
     """Free the slots where ``leaving`` holds (as ``exchange._vacate``), hydro force too."""
     stay = ~leaving[:, None]
-    return OwnedBodies(
+    return owned.replace(
         sub=vacate_slots(owned.sub, leaving),
         hydro_force=jnp.where(stay, owned.hydro_force, 0.0),
         hydro_torque=jnp.where(stay, owned.hydro_torque, 0.0),
@@ -347,7 +351,7 @@ def _insert(owned: OwnedBodies, rows: Array) -> tuple[OwnedBodies, Array]:
         put, state.replace(time=None, overflow=None), incoming.replace(time=None, overflow=None)
     )
     hydro = rows[:, -6:]
-    return OwnedBodies(
+    return owned.replace(
         sub=merged.replace(time=state.time, overflow=state.overflow),
         hydro_force=put(owned.hydro_force, hydro[:, :3]),
         hydro_torque=put(owned.hydro_torque, hydro[:, 3:]),
@@ -389,6 +393,10 @@ def to_owned(layout: BodyLayout, coords: Array, replicated) -> OwnedBodies:
         sub=sub,
         hydro_force=pick(replicated.hydro_force, 0.0),
         hydro_torque=pick(replicated.hydro_torque, 0.0),
+        table=unbuilt_table(
+            capacity + layout.ghost_capacity, capacity, layout.max_partners,
+            state.bodies.position.dtype,
+        ),
     )
 
 

@@ -25,7 +25,7 @@ from kernels import rigid_body
 from kernels.rigid_body import Bodies
 from solver.bodies.step import BodySetup, ContactParams
 from solver.distributed.bodies import exchange
-from solver.distributed.bodies.forces import local_contacts
+from solver.distributed.bodies.forces import KeptTable, local_contacts, unbuilt_table
 from solver.distributed.bodies.layout import BodyLayout
 from solver.distributed.bodies.records import SubdomainState
 
@@ -65,11 +65,13 @@ def _forces(
     coords: Array,
     state: SubdomainState,
     params: ContactParams,
-) -> tuple[SubdomainState, Array]:
-    """Ghosts, then the forces on the owned bodies of ``state`` (positions as they are).
+    table: KeptTable | None = None,
+) -> tuple[SubdomainState, Array, Array, KeptTable | None]:
+    """Ghosts, then the forces on the owned bodies of ``state`` (positions as they are), over
+    the pair ``table`` of the previous step where it still holds (``local_contacts``).
 
     Returns the state with new force, torque, tables and counts (overflow updated), the
-    number of ghosts received and the contacts with ghosts.
+    number of ghosts received, the contacts with ghosts and the pair table to keep.
     """
     grid, _ = layout.local_grid()
     ghost_gid, ghosts, ghost_count = exchange.exchange_ghosts(
@@ -87,6 +89,7 @@ def _forces(
         state.history,
         state.plane_history,
         params,
+        table,
     )
     seen = jnp.stack([
         jnp.zeros((), jnp.int32), ghost_count, jnp.zeros((), jnp.int32),
@@ -101,7 +104,7 @@ def _forces(
         contact_count=result.contact_count,
         overflow=jnp.maximum(state.overflow, seen),
     )
-    return state, ghost_count, result.ghost_contacts
+    return state, ghost_count, result.ghost_contacts, result.kept
 
 
 def _diagnostics(
@@ -142,7 +145,7 @@ def make_local_initial(
 
     def initial(state: SubdomainState, params: ContactParams) -> SubdomainState:
         coords = exchange.mesh_coords(layout)
-        state, _, _ = _forces(setup, layout, coords, state, params)
+        state, _, _, _ = _forces(setup, layout, coords, state, params)
         occupied = jnp.sum(state.gid >= 0, dtype=jnp.int32)
         return state.replace(overflow=state.overflow.at[0].max(occupied))
 
@@ -175,8 +178,8 @@ def make_local_chunk(
     dt = setup.dt
 
     def one_step(
-        state: SubdomainState, params: ContactParams, mode: Array
-    ) -> tuple[SubdomainState, SpatialDiagnostics]:
+        state: SubdomainState, table: KeptTable, params: ContactParams, mode: Array
+    ) -> tuple[SubdomainState, KeptTable, SpatialDiagnostics]:
         coords = exchange.mesh_coords(layout)
         still = mode != NORMAL
         start = state
@@ -188,21 +191,34 @@ def make_local_chunk(
         state = state.replace(
             overflow=state.overflow.at[0].max(slots).at[2].max(message).at[5].add(jumped)
         )
-        state, ghosts, ghost_contacts = _forces(setup, layout, coords, state, params)
+        state, ghosts, ghost_contacts, table = _forces(
+            setup, layout, coords, state, params, table
+        )
         bodies = rigid_body.kick(state.bodies, state.force, state.torque, 0.5 * dt)
         state = state.replace(
             bodies=_choose(still, state.bodies, bodies),
             time=state.time + jnp.where(still, 0, 1).astype(state.time.dtype),
         )
         state = _choose(mode == SKIP, start, state)
-        return state, _diagnostics(layout, state, params, moved, ghosts, ghost_contacts)
+        return state, table, _diagnostics(layout, state, params, moved, ghosts, ghost_contacts)
 
     def chunk(
         state: SubdomainState, n: int, params: ContactParams, start: Array
     ) -> tuple[SubdomainState, SpatialDiagnostics]:
         first = jnp.where(start, INITIAL, SKIP)
         modes = jnp.full((n + 1,), NORMAL, jnp.int32).at[0].set(first)
-        state, diagnostics = lax.scan(lambda s, m: one_step(s, params, m), state, modes)
+        # the pair table lives for the chunk (rebuilt at its first pass): not in the state
+        capacity = state.gid.shape[0]
+        table = unbuilt_table(
+            capacity + layout.ghost_capacity, capacity, layout.max_partners,
+            state.bodies.position.dtype,
+        )  # fmt: skip
+
+        def body(carry, mode):
+            state, table, diagnostics = one_step(*carry, params, mode)
+            return (state, table), diagnostics
+
+        (state, _), diagnostics = lax.scan(body, (state, table), modes)
         return state, jax.tree.map(lambda d: d[1:], diagnostics)
 
     return chunk
