@@ -100,6 +100,8 @@ def test_coupled_bench_on_two_mpi_processes(tmp_path, bodies):
     cmd = [sys.executable, "-m", "solver.bench", "coupled", "--edge", "16", "--counts", "0,4",
            "--steps", "4", "--repeats", "1", "--bodies", bodies, "--kernels", "native",
            "--processes", "2", "--json", str(out)]  # fmt: skip
+    sizes = "sized" if bodies == "owned" else "scene"  # owned: buffers sized per process
+    cmd += ["--capacities", sizes]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=FAST_ENV)
     assert done.returncode == 0, done.stderr[-2000:]
     rows = json.loads(out.read_text())["rows"]
@@ -109,7 +111,7 @@ def test_coupled_bench_on_two_mpi_processes(tmp_path, bodies):
     ]
     assert rows[0]["fraction_of_fluid"] == 1.0
     assert rows[1]["fraction_of_fluid"] > 0.0 and rows[1]["solid_fraction"] > 0
-    assert all(r["bodies"] == bodies for r in rows)
+    assert all(r["bodies"] == bodies and r["capacities"] == sizes for r in rows)
 
 
 def test_mpi_workers_do_not_inherit_the_parents_mpi_launch():

@@ -232,6 +232,7 @@ def test_kept_pair_table_gives_the_rebuilt_forces_and_is_rebuilt_when_it_must():
         row, slot = np.nonzero(partners >= 0)
         dense[row, partners[row, slot]] = history[row, slot]
         return dense
+
     rng = np.random.default_rng(5)
     # the lattice pressed together about the box's centre: gaps of about a tenth of a radius
     # either way, so that the random steps open and close contacts

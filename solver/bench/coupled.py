@@ -2,7 +2,8 @@
 
     python -m solver.bench coupled [--edge 128] [--counts 0,100,1000,10000] [--radius 2]
                                    [--steps 100] [--repeats 3] [--bodies replicated|owned]
-                                   [--kernels xla,native] [--processes 1] [--json PATH]
+                                   [--capacities scene|sized] [--kernels xla,native]
+                                   [--processes 1] [--json PATH]
 
 A periodic box of edge^3 cells, D3Q19 TRT, float32, with n spheres of ``radius`` cells at rest
 on a jittered simple-cubic lattice (no contacts, no gravity, one body step per fluid step; the
@@ -23,10 +24,13 @@ the time the bodies add per step and per body (how the cost grows with n). The i
 so the Verlet pair table (skin 1 cell) is not rebuilt after the first step: the rows show the
 rebuilds; a rebuild costs about a body step more (the cell list and the 27-cell search).
 ``--bodies owned`` times the bodies as ``coupling.bodies=owned`` holds them (on this one device:
-the slots, ghost buffers and per-step cell lists of the owned path, no messages), against the
-same fluid-only chunk. ``--kernels`` times every count on each fluid kernel (``fluid.kernel``:
-the XLA step, or the native in-place kernel with the PSM collision on the covered cells,
-solver/coupling/native.py), each against its own fluid-only chunk, all in the same rounds.
+the slots, ghost buffers and pair tables of the owned path, no messages), against the
+same fluid-only chunk, with the config's default buffers (the whole scene per shard) or with
+``--capacities sized`` buffers sized for the bodies per process (``sized_capacities``; every
+owned and ghost slot is covered and summed each step, used or not). ``--kernels`` times
+every count on each fluid kernel (``fluid.kernel``: the XLA step, or the native in-place
+kernel with the PSM collision on the covered cells, solver/coupling/native.py), each against
+its own fluid-only chunk, all in the same rounds.
 ``--processes P`` (P > 1) runs the same rounds on P MPI processes (``mpirun -n P --bind-to
 core``, the mpi halo, one slab along x per process; the parent starts them and relays rank
 0's table): weak scaling, each process holding an edge^3 block and ``count`` spheres of its
@@ -76,6 +80,7 @@ class CoupledBenchRow:
     processes: int  # MPI processes (weak scaling: an edge^3 block and `spheres` each)
     spheres: int
     bodies: str  # "replicated" or "owned" (coupling.bodies)
+    capacities: str  # owned bodies' buffers: "scene" (the config's defaults) or "sized"
     radius_cells: float
     solid_fraction: float
     cells: int
@@ -108,12 +113,25 @@ def sphere_sites(count: int, edge: int, radius: float, seed: int = 0) -> np.ndar
     return sites + rng.uniform(-free, free, sites.shape)
 
 
+def sized_capacities(per_block: int) -> dict[str, int]:
+    """Owned-body buffers sized for ``per_block`` bodies per shard that stay roughly where
+    they are (``--capacities sized``): half as many again owned slots, a ghost buffer for the
+    half of a block's bodies within reach of its faces (an edge-wide slab with a reach of a
+    few cells: about a tenth), a message for an eighth."""
+    return dict(
+        capacity=per_block * 3 // 2 + 16,
+        ghost_capacity=per_block // 2 + 16,
+        migration_capacity=per_block // 8 + 16,
+    )
+
+
 def build(
     edge: int, count: int, radius: float, owned: bool = False, kernel: str = "xla",
-    blocks: int = 1,
+    blocks: int = 1, sized: bool = False,
 ):  # fmt: skip
     """(setup, coupling or None, coupled bodies or None); ``owned``: the
-    coupling with a layout of ``coupling.bodies=owned`` over ``blocks`` slabs along x;
+    coupling with a layout of ``coupling.bodies=owned`` over ``blocks`` slabs along x
+    (buffers: the config's defaults, the whole scene, or with ``sized`` ``sized_capacities``);
     ``kernel``: fluid.kernel; ``blocks``: edge^3 blocks along x, each with ``count`` spheres."""
     setup = FluidSetup(
         lattice=D3Q19, shape=(blocks * edge, edge, edge), omega=1.0 / TAU, collision="trt",
@@ -154,9 +172,13 @@ def build(
     if not owned:
         return setup, coupling, coupling.initial(body_state)
     reach = in_fluid.reach_of(bodies_setup, 1.0, radius + 1.0, 1.0)
+    capacities = {}
+    if sized:
+        capacities = {k: min(v, count) for k, v in sized_capacities(count // blocks).items()}
     layout = in_fluid.plan_fluid_layout(
-        bodies_setup, (blocks, 1, 1), (0.0,) * 3, tuple(float(n) for n in setup.shape), reach
-    )
+        bodies_setup, (blocks, 1, 1), (0.0,) * 3, tuple(float(n) for n in setup.shape), reach,
+        **capacities,
+    )  # fmt: skip
     coupling = dataclasses.replace(coupling, owned=layout)
     return setup, coupling, coupling.owned_initial(body_state, blocks)
 
@@ -168,10 +190,10 @@ class Timed:
 
     def __init__(
         self, edge: int, count: int, radius: float, steps: int, owned: bool, kernel: str,
-        dist: Distribution,
+        dist: Distribution, sized: bool = False,
     ):  # fmt: skip
         blocks = dist.decomposition.shards
-        setup, coupling, extra = build(edge, count, radius, owned, kernel, blocks)
+        setup, coupling, extra = build(edge, count, radius, owned, kernel, blocks, sized)
         self.setup, self.coupling, self.count, self.steps = setup, coupling, count, steps
         self.kernel, self.runtime = kernel, dist.runtime
         self.solid = count * 4.0 / 3.0 * math.pi * radius**3 / edge**3
@@ -239,6 +261,13 @@ def main(argv: list[str] | None = None) -> int:
         help="how the bodies are held (coupling.bodies)",
     )
     parser.add_argument(
+        "--capacities",
+        choices=("scene", "sized"),
+        default="scene",
+        help="owned bodies' buffers: the config's defaults (the whole scene) or sized for "
+        "the bodies per process (sized_capacities)",
+    )
+    parser.add_argument(
         "--kernels",
         default="xla",
         help="fluid kernels (fluid.kernel), comma-separated: xla, native",
@@ -271,12 +300,22 @@ def main(argv: list[str] | None = None) -> int:
     copy_run = measure_copy("float32")
     if lead:
         print(f"coupled step, D3Q19 TRT float32, {args.edge}^3 periodic per process, sphere "
-              f"radius {args.radius:g} cells, bodies {args.bodies}, {processes} process(es); "
+              f"radius {args.radius:g} cells, bodies {args.bodies}"
+              f"{f' (buffers {args.capacities})' if owned else ''}, {processes} process(es); "
               f"{os.cpu_count()} cores, JAX {jax.__version__} on "
               f"{jax.devices()[0].device_kind}")  # fmt: skip
     counts = sorted(counts)
     timed = [
-        Timed(args.edge, count, args.radius, args.steps, owned, kernel, dist)
+        Timed(
+            args.edge,
+            count,
+            args.radius,
+            args.steps,
+            owned,
+            kernel,
+            dist,
+            args.capacities == "sized",
+        )  # fmt: skip
         for kernel in kernels
         for count in counts
     ]
@@ -311,6 +350,7 @@ def main(argv: list[str] | None = None) -> int:
             processes=processes,
             spheres=t.count * processes,
             bodies=args.bodies,
+            capacities=args.capacities,
             radius_cells=args.radius,
             solid_fraction=solid,
             cells=cells,

@@ -394,7 +394,9 @@ def to_owned(layout: BodyLayout, coords: Array, replicated) -> OwnedBodies:
         hydro_force=pick(replicated.hydro_force, 0.0),
         hydro_torque=pick(replicated.hydro_torque, 0.0),
         table=unbuilt_table(
-            capacity + layout.ghost_capacity, capacity, layout.max_partners,
+            capacity + layout.ghost_capacity,
+            capacity,
+            layout.max_partners,
             state.bodies.position.dtype,
         ),
     )

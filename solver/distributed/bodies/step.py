@@ -191,9 +191,7 @@ def make_local_chunk(
         state = state.replace(
             overflow=state.overflow.at[0].max(slots).at[2].max(message).at[5].add(jumped)
         )
-        state, ghosts, ghost_contacts, table = _forces(
-            setup, layout, coords, state, params, table
-        )
+        state, ghosts, ghost_contacts, table = _forces(setup, layout, coords, state, params, table)
         bodies = rigid_body.kick(state.bodies, state.force, state.torque, 0.5 * dt)
         state = state.replace(
             bodies=_choose(still, state.bodies, bodies),
