@@ -31,7 +31,16 @@ from kernels import rigid_body
 from kernels.contact import sphere_plane, sphere_sphere
 from kernels.neighbor_search import NEIGHBOR_OFFSETS, CellGrid, bin_bodies, cell_coordinates
 from kernels.rigid_body import Bodies
-from solver.bodies.step import BodySetup, ContactParams, _mass_inverse, _pair_laws, carry_history
+from solver.bodies.step import (
+    BodySetup,
+    ContactParams,
+    _mass_inverse,
+    _pair_laws,
+    bucket_capacities,
+    carry_history,
+    compacted,
+    over_prefix,
+)
 from solver.distributed.bodies.records import BODY_FIELDS
 
 
@@ -59,6 +68,8 @@ class KeptTable(NamedTuple):
     gid: Array  # (n,) int32 the slots' global ids at the build; -2 everywhere: never built
     position: Array  # (n, 3) m, their centres then
     table: Array  # (rows, K) int32 local partner slots in summation order, -1 padding
+    slots: Array  # (rows K,) int32 the listed entries of the flat table, ascending, padded
+    count: Array  # int32: how many
 
 
 def unbuilt_table(slots: int, rows: int, width: int, dtype) -> KeptTable:
@@ -67,6 +78,8 @@ def unbuilt_table(slots: int, rows: int, width: int, dtype) -> KeptTable:
         gid=jnp.full((slots,), -2, jnp.int32),
         position=jnp.zeros((slots, 3), dtype),
         table=jnp.full((rows, width), -1, jnp.int32),
+        slots=jnp.full((rows * width,), rows * width, jnp.int32),
+        count=jnp.zeros((), jnp.int32),
     )
 
 
@@ -190,16 +203,18 @@ def local_contacts(
         table = _summation_order(table, gid, rows, setup.n_bodies)
         new_partners = jnp.where(table >= 0, gid[jnp.where(table >= 0, table, 0)], -1)
         old_history = carry_history(partners, history, new_partners)
-        return table, new_partners, old_history, jnp.max(row_length), cell_count
+        slots, listed_count = compacted(table >= 0)
+        counts = (jnp.max(row_length), cell_count)
+        return table, slots, listed_count, new_partners, old_history, counts
 
     if kept is None:
-        table, new_partners, old_history, partner_count, cell_count = rebuild(None)
+        table, slots, listed_count, new_partners, old_history, counts = rebuild(None)
     else:
         # kept while the slots hold the bodies of the build and the previous step's partners
         # are the table's: nothing to rebuild or to carry (the counts were taken at the build)
-        def keep(_) -> tuple[Array, Array, Array, Array, Array]:
+        def keep(_) -> tuple:
             zero = jnp.zeros((), jnp.int32)
-            return kept.table, partners, history, zero, zero
+            return kept.table, kept.slots, kept.count, partners, history, (zero, zero)
 
         listed = jnp.where(kept.table >= 0, gid[jnp.where(kept.table >= 0, kept.table, 0)], -1)
         drift = jnp.where(active, jnp.sum((x - kept.position) ** 2, axis=1), 0.0)
@@ -207,55 +222,79 @@ def local_contacts(
             jnp.any(gid != kept.gid) | jnp.any(partners != listed)
             | (jnp.max(drift) > setup.rebuild_distance**2)
         )  # fmt: skip
-        table, new_partners, old_history, partner_count, cell_count = jax.lax.cond(
+        table, slots, listed_count, new_partners, old_history, counts = jax.lax.cond(
             rebuilt, rebuild, keep, None
         )
-        kept = KeptTable(gid, jnp.where(rebuilt, x, kept.position), table)
+        kept = KeptTable(gid, jnp.where(rebuilt, x, kept.position), table, slots, listed_count)
+    partner_count, cell_count = counts
 
     width = table.shape[1]
-    owner = jnp.repeat(jnp.arange(rows, dtype=jnp.int32), width, total_repeat_length=rows * width)
-    other = table.reshape(-1)
-    valid = other >= 0
-    other = jnp.where(valid, other, 0)
-    owner_first = gid[owner] < gid[other]
-    i = jnp.where(owner_first, owner, other)  # the pair's lower id: "i" of the 1-device run
-    js = jnp.where(owner_first, other, owner)
-    gi, gj = ids[i], ids[js]
+    total = rows * width
+    flat_table = table.reshape(-1)
+    flat_history = old_history.reshape(-1, 3)
     young, poisson = params.young, params.poisson
     friction, rolling = params.friction, params.rolling_friction
     # per sphere and plane (solver.bodies.step.contact_forces): min of betas = beta of the min e
     beta = cm.restitution_beta(params.restitution)
     use_rolling = bool(np.any(setup.rolling_friction > 0))
-    geometry = sphere_sphere(
-        x[i], radius[i], v[i], omega[i], x[js], radius[js], v[js], omega[js], valid
+
+    def pairs(size: int) -> tuple[Array, Array, Array, Array]:
+        """The table's first ``size`` listed entries (``slots``, row-major) evaluated and put
+        back in their places: force and torque on the row's body, the spring (total, 3), and
+        whether the pair touches (total,); every other entry zeros, as an entry of no pair
+        gives."""
+        entry = slots[:size]
+        valid = entry < total
+        at = jnp.where(valid, entry, 0)
+        owner = at // width
+        other = jnp.where(valid, flat_table[at], 0)
+        owner_first = gid[owner] < gid[other]
+        i = jnp.where(owner_first, owner, other)  # the pair's lower id: "i" of the 1-device run
+        js = jnp.where(owner_first, other, owner)
+        gi, gj = ids[i], ids[js]
+        geometry = sphere_sphere(
+            x[i], radius[i], v[i], omega[i], x[js], radius[js], v[js], omega[js], valid
+        )
+        inverse_sum = inverse_mass[i] + inverse_mass[js]
+        k_linear = None
+        if setup.contact_model == "linear":
+            k_linear = 1.0 / (1.0 / params.stiffness[gi] + 1.0 / params.stiffness[gj])
+        force_ij, roll_ij, spring = _laws(
+            setup,
+            geometry,
+            cm.effective_modulus(young[gi], poisson[gi], young[gj], poisson[gj]),
+            cm.effective_shear_modulus(young[gi], poisson[gi], young[gj], poisson[gj]),
+            cm.effective_radius(radius[i], radius[js]),
+            1.0 / jnp.where(inverse_sum > 0, inverse_sum, 1.0),
+            k_linear,
+            cm.mixed_coefficient(beta[gi], beta[gj]),
+            cm.mixed_coefficient(friction[gi], friction[gj]),
+            cm.mixed_coefficient(rolling[gi], rolling[gj]) if use_rolling else None,
+            flat_history[at],
+        )
+        # as kernels.contact.accumulate: i gets F and (c - x_i) x F + M, j gets -F,
+        # (c - x_j) x -F - M
+        first = owner_first[:, None]
+        on_owner = jnp.where(valid[:, None], jnp.where(first, force_ij, -force_ij), 0.0)
+        arm = geometry.contact_point - x[owner]
+        torque = jnp.cross(arm, on_owner) + jnp.where(first, roll_ij, -roll_ij)
+        torque = jnp.where(valid[:, None], torque, 0.0)
+
+        # (the entries past the listed ones are dropped by place: masking the springs too
+        # changed how XLA fuses the laws, and with it their last bits against one device)
+        def place(values: Array) -> Array:
+            blank = jnp.zeros((total, *values.shape[1:]), values.dtype)
+            return blank.at[entry].set(values, mode="drop")
+
+        return place(on_owner), place(torque), place(spring), place(geometry.active & valid)
+
+    on_owner, torque, new_history, touching = over_prefix(
+        listed_count, bucket_capacities(total), pairs
     )
-    inverse_sum = inverse_mass[i] + inverse_mass[js]
-    k_linear = None
-    if setup.contact_model == "linear":
-        k_linear = 1.0 / (1.0 / params.stiffness[gi] + 1.0 / params.stiffness[gj])
-    force_ij, roll_ij, new_history = _laws(
-        setup,
-        geometry,
-        cm.effective_modulus(young[gi], poisson[gi], young[gj], poisson[gj]),
-        cm.effective_shear_modulus(young[gi], poisson[gi], young[gj], poisson[gj]),
-        cm.effective_radius(radius[i], radius[js]),
-        1.0 / jnp.where(inverse_sum > 0, inverse_sum, 1.0),
-        k_linear,
-        cm.mixed_coefficient(beta[gi], beta[gj]),
-        cm.mixed_coefficient(friction[gi], friction[gj]),
-        cm.mixed_coefficient(rolling[gi], rolling[gj]) if use_rolling else None,
-        old_history.reshape(-1, 3),
-    )
-    # as kernels.contact.accumulate: i gets F and (c - x_i) x F + M, j gets -F, (c - x_j) x -F - M
-    first = owner_first[:, None]
-    on_owner = jnp.where(valid[:, None], jnp.where(first, force_ij, -force_ij), 0.0)
-    arm = geometry.contact_point - x[owner]
-    torque = jnp.cross(arm, on_owner) + jnp.where(first, roll_ij, -roll_ij)
-    torque = jnp.where(valid[:, None], torque, 0.0)
     force = _in_order(on_owner.reshape(rows, width, 3))
     torque = _in_order(torque.reshape(rows, width, 3))
-    count = jnp.sum(geometry.active.reshape(rows, width), axis=1, dtype=jnp.int32)
-    ghost_contacts = jnp.sum(geometry.active & (other >= rows), dtype=jnp.int32)
+    count = jnp.sum(touching.reshape(rows, width), axis=1, dtype=jnp.int32)
+    ghost_contacts = jnp.sum(touching & (flat_table >= rows), dtype=jnp.int32)
 
     new_plane_history = plane_history
     if p:
