@@ -129,7 +129,16 @@ def test_owned_on_one_device_is_the_replicated_run(single, tmp_path):
 
 def test_owned_on_eight_fake_devices_matches_one(single, tmp_path):
     out = run(tmp_path / "run", ["domain.mesh=[2,2,2]", OWNED], devices=8)
-    assert json.loads((out / "run.json").read_text())["domain"]["mesh"] == [2, 2, 2]
+    summary = json.loads((out / "run.json").read_text())
+    assert summary["domain"]["mesh"] == [2, 2, 2]
+    # run.json tells how much of each buffer the run used (the whole scene by default): the
+    # most spheres one block held, from the start and every step's centres (blocks of 5 mm)
+    buffers = summary["coupling"]["buffers"]
+    centres = np.concatenate([[SPHERES], track(out)[:, :3].reshape(-1, len(SPHERES), 3)])
+    block = np.clip((centres / 0.005).astype(int), 0, 1) @ np.array([4, 2, 1])
+    held = max(np.bincount(row, minlength=8).max() for row in block)
+    assert buffers["owned"] == {"key": "coupling.capacity", "size": 5, "most_needed": held}
+    assert 1 <= buffers["ghost"]["most_needed"] <= buffers["ghost"]["size"] == 5
     # the run crosses faces: some sphere ends in another block than it started in
     start = np.asarray(SPHERES)
     end = last(out, "bodies.h5", "position")

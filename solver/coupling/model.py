@@ -304,6 +304,10 @@ class CoupledModel(FluidModel):
             ),
             **{k: v for k, v in coupled.info.items() if v is not None},
         }
+        if self.body_layout is not None:
+            summary["coupling"]["buffers"] = in_fluid.buffer_use(
+                self.body_layout, np.asarray(_replicated(state.bodies.overflow))
+            )
         if status != "completed" or not self.dist.is_root:
             return summary
         track = np.concatenate(self.track) if self.track else np.zeros((0, self.tracked, 9))

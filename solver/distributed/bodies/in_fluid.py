@@ -496,6 +496,22 @@ def overflow_message(layout: BodyLayout, table: np.ndarray) -> str | None:
     return overflow_lines(layout, table, COUPLING_KEYS, "shard", "in a fluid step")
 
 
+def buffer_use(layout: BodyLayout, table: np.ndarray) -> dict[str, dict[str, int | str]]:
+    """Per buffer: its config key, its size and the most any shard needed in the run
+    (``table`` (shards, 6), the sticky counts), for run.json: every slot costs each step, used
+    or not, so a buffer far larger than its use is time lost (docs/coupling.md)."""
+    table = np.asarray(table).reshape(-1, records.OVERFLOW_SLOTS)
+    capacities = layout.capacities()
+    return {
+        name: {
+            "key": COUPLING_KEYS[name],
+            "size": int(capacities[name]),
+            "most_needed": int(table[:, a].max()),
+        }
+        for a, name in enumerate(CAPACITY_NAMES)
+    }
+
+
 def reach_of(setup: BodySetup, dx: float, stencil_reach_cells: float, motion: float) -> float:
     """m: how far beyond a block its shard must see bodies (``plan_fluid_layout``)."""
     contact = 2.0 * float(np.max(setup.radius)) + float(setup.skin)
