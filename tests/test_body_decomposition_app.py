@@ -37,6 +37,9 @@ def test_box_fill_on_a_mesh_equals_one_device(tmp_path):
     assert summary["decomposition"]["mesh"] == [2, 2, 2]
     assert summary["decomposition"]["ghosts_max"] > 0
     assert summary["decomposition"]["migrated"] > 0  # bodies crossed subdomain faces
+    # the subdomains keep their pair tables: rebuilt at each chunk's start and as bodies pour
+    table = summary["pair_table"]
+    assert 2 <= table["rebuilds"] < table["body_steps"] == 400, table
     for key in ("position", "velocity"):
         scale = np.max(np.abs(one[key]))
         assert np.max(np.abs(split[key] - one[key])) <= EQUALITY_BOUND * scale, key

@@ -139,6 +139,9 @@ def test_owned_on_eight_fake_devices_matches_one(single, tmp_path):
     held = max(np.bincount(row, minlength=8).max() for row in block)
     assert buffers["owned"] == {"key": "coupling.capacity", "size": 5, "most_needed": held}
     assert 1 <= buffers["ghost"]["most_needed"] <= buffers["ghost"]["size"] == 5
+    # each shard keeps its pair table within a chunk: built at least once in each of the two
+    rebuilds = summary["coupling"]["pair_table"]["rebuilds"]
+    assert 2 <= rebuilds <= summary["coupling"]["pair_table"]["body_steps"], rebuilds
     # the run crosses faces: some sphere ends in another block than it started in
     start = np.asarray(SPHERES)
     end = last(out, "bodies.h5", "position")

@@ -299,7 +299,7 @@ class BodyModel:
             "info": case.info,
             "left_grid": self.left_grid or None,
             "pair_table": pair_table_summary(
-                setup, None if self.stepper.spatial else int(state.rebuilds), done
+                setup, self.stepper.rebuilds if self.stepper.spatial else int(state.rebuilds), done
             ),
             "decomposition": (
                 {"mesh": list(mesh), **self.stepper.traffic} if mesh is not None else None
@@ -312,9 +312,9 @@ class BodyModel:
 
 def pair_table_summary(setup, rebuilds: int | None, steps: int) -> dict:
     """run.json's account of the Verlet pair table: its skin, the distance a sphere may move
-    before a rebuild, and the rebuilds over the run (None: rebuilt every step, the spatial
-    decomposition's table) and which table: "all" pairs of a small scene, built once, or the
-    Verlet list from the "cells"."""
+    before a rebuild, and the rebuilds over the run (a decomposed scene: the steps at which some
+    subdomain rebuilt its own table, each chunk's first step included; None: not counted) and
+    which table: "all" pairs of a small scene, built once, or the Verlet list from the "cells"."""
     return {
         "neighbor_list": "all" if setup.all_pairs and rebuilds is not None else "cells",
         "skin_m": setup.skin,

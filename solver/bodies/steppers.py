@@ -106,6 +106,7 @@ class SpatialStepper:
         self._chunk = bd.compile_chunk(setup, self.layout, self._grid, setup.params())
         self._first = True
         self.traffic = {"migrated": 0, "ghosts_max": 0, "ghost_contacts_max": 0}
+        self.rebuilds = 0  # steps at which some subdomain rebuilt its pair table
 
     def initial_state(self):
         self._first = True  # the first chunk computes the forces at time 0
@@ -120,6 +121,7 @@ class SpatialStepper:
         self.traffic["ghost_contacts_max"] = max(
             self.traffic["ghost_contacts_max"], int(np.max(diag.ghost_contacts))
         )
+        self.rebuilds += int(np.sum(np.asarray(diag.rebuilt) > 0))
         return state, diag
 
     def snapshot(self, state) -> tuple[Bodies, np.ndarray]:

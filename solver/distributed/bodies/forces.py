@@ -70,6 +70,7 @@ class KeptTable(NamedTuple):
     table: Array  # (rows, K) int32 local partner slots in summation order, -1 padding
     slots: Array  # (rows K,) int32 the listed entries of the flat table, ascending, padded
     count: Array  # int32: how many
+    rebuilds: Array  # int32: the builds so far (the first included)
 
 
 def unbuilt_table(slots: int, rows: int, width: int, dtype) -> KeptTable:
@@ -80,6 +81,7 @@ def unbuilt_table(slots: int, rows: int, width: int, dtype) -> KeptTable:
         table=jnp.full((rows, width), -1, jnp.int32),
         slots=jnp.full((rows * width,), rows * width, jnp.int32),
         count=jnp.zeros((), jnp.int32),
+        rebuilds=jnp.zeros((), jnp.int32),
     )
 
 
@@ -225,7 +227,10 @@ def local_contacts(
         table, slots, listed_count, new_partners, old_history, counts = jax.lax.cond(
             rebuilt, rebuild, keep, None
         )
-        kept = KeptTable(gid, jnp.where(rebuilt, x, kept.position), table, slots, listed_count)
+        kept = KeptTable(
+            gid, jnp.where(rebuilt, x, kept.position), table, slots, listed_count,
+            kept.rebuilds + rebuilt.astype(jnp.int32),
+        )  # fmt: skip
     partner_count, cell_count = counts
 
     width = table.shape[1]

@@ -416,7 +416,11 @@ def to_replicated(layout: BodyLayout, halo, coords: Array, owned: OwnedBodies, t
 
     state = template.state
     bodies = jax.tree.map(place, sub.bodies, state.bodies)
-    overflow = jnp.zeros_like(template.overflow).at[shard_rank(layout, coords)].set(sub.overflow)
+    rank = shard_rank(layout, coords)
+    overflow = jnp.zeros_like(template.overflow).at[rank].set(sub.overflow)
+    # the pair-table rebuilds of the chunk: the busiest shard's (each shard keeps its own)
+    built = jnp.zeros((layout.shards,), jnp.int32).at[rank].set(owned.table.rebuilds)
+    rebuilds = state.rebuilds + jnp.max(halo.sum(built)).astype(state.rebuilds.dtype)
     return template.replace(
         state=state.replace(
             bodies=bodies,
@@ -427,6 +431,7 @@ def to_replicated(layout: BodyLayout, halo, coords: Array, owned: OwnedBodies, t
             plane_history=place(sub.plane_history, state.plane_history),
             contact_count=place(sub.contact_count, state.contact_count),
             time=jnp.reshape(sub.time, state.time.shape).astype(state.time.dtype),
+            rebuilds=rebuilds,
         ),
         hydro_force=place(owned.hydro_force, template.hydro_force),
         hydro_torque=place(owned.hydro_torque, template.hydro_torque),

@@ -42,6 +42,7 @@ class SpatialDiagnostics(NamedTuple):
     migrated: Array  # int32, bodies that changed subdomain this step
     ghosts: Array  # int32, ghost copies received, all subdomains together
     ghost_contacts: Array  # int32, contacts between an owned body and a ghost (twice per pair)
+    rebuilt: Array  # int32, subdomains that rebuilt their pair table at this step
 
 
 def _origin(layout: BodyLayout, coords: Array, dtype) -> Array:
@@ -114,6 +115,7 @@ def _diagnostics(
     migrated: Array,
     ghosts: Array,
     ghost_contacts: Array,
+    rebuilt: Array,
 ) -> SpatialDiagnostics:
     bodies = state.bodies
     dynamic = (~bodies.kinematic) & (state.gid >= 0)
@@ -134,6 +136,7 @@ def _diagnostics(
         migrated=migrated,
         ghosts=ghosts,
         ghost_contacts=ghost_contacts,
+        rebuilt=rebuilt,
     )
     return jax.tree.map(lambda x: lax.psum(x, layout.axis_names), local)
 
@@ -191,6 +194,7 @@ def make_local_chunk(
         state = state.replace(
             overflow=state.overflow.at[0].max(slots).at[2].max(message).at[5].add(jumped)
         )
+        built = table.rebuilds
         state, ghosts, ghost_contacts, table = _forces(setup, layout, coords, state, params, table)
         bodies = rigid_body.kick(state.bodies, state.force, state.torque, 0.5 * dt)
         state = state.replace(
@@ -198,7 +202,11 @@ def make_local_chunk(
             time=state.time + jnp.where(still, 0, 1).astype(state.time.dtype),
         )
         state = _choose(mode == SKIP, start, state)
-        return state, table, _diagnostics(layout, state, params, moved, ghosts, ghost_contacts)
+        rebuilt = table.rebuilds - built
+        diagnostics = _diagnostics(
+            layout, state, params, moved, ghosts, ghost_contacts, rebuilt
+        )  # fmt: skip
+        return state, table, diagnostics
 
     def chunk(
         state: SubdomainState, n: int, params: ContactParams, start: Array
