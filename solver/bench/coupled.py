@@ -114,10 +114,10 @@ def sphere_sites(count: int, edge: int, radius: float, seed: int = 0) -> np.ndar
 
 
 def sized_capacities(per_block: int) -> dict[str, int]:
-    """Owned-body buffers sized for ``per_block`` bodies per shard that stay roughly where
-    they are (``--capacities sized``): half as many again owned slots, a ghost buffer for the
-    half of a block's bodies within reach of its faces (an edge-wide slab with a reach of a
-    few cells: about a tenth), a message for an eighth."""
+    """Owned-body buffers for ``per_block`` bodies per shard that stay roughly where they are
+    (``--capacities sized``): 1.5 times as many owned slots, ghost copies for half of them and
+    hand-over messages for an eighth, each plus 16 (a bench slab's bodies within reach of its
+    faces are about a tenth)."""
     return dict(
         capacity=per_block * 3 // 2 + 16,
         ghost_capacity=per_block // 2 + 16,
@@ -305,17 +305,9 @@ def main(argv: list[str] | None = None) -> int:
               f"{os.cpu_count()} cores, JAX {jax.__version__} on "
               f"{jax.devices()[0].device_kind}")  # fmt: skip
     counts = sorted(counts)
+    sized = args.capacities == "sized"
     timed = [
-        Timed(
-            args.edge,
-            count,
-            args.radius,
-            args.steps,
-            owned,
-            kernel,
-            dist,
-            args.capacities == "sized",
-        )  # fmt: skip
+        Timed(args.edge, count, args.radius, args.steps, owned, kernel, dist, sized)
         for kernel in kernels
         for count in counts
     ]

@@ -198,7 +198,9 @@ def local_contacts(
     omega = rigid_body.angular_velocity(bodies)
     inverse_mass = _mass_inverse(bodies)
 
-    def rebuild(_) -> tuple[Array, Array, Array, Array, Array]:
+    def rebuild(_) -> tuple:
+        """(table, its listed entries and their count, partners, carried springs, (the longest
+        row, the fullest cell)) from a fresh cell list."""
         table, row_length, cell_count = full_neighbors(
             grid, x, x - origin, radius, active, rows, setup.skin
         )
