@@ -31,6 +31,10 @@ COLLISION_SCENARIOS = ("kbc", "regularized")
 # scenario -> (the scenario it stores, storage dtype)
 STORAGE_SCENARIOS = {"fp16": ("channel", "float16")}
 SHAPES = {2: (16, 12), 3: (8, 8, 4)}
+# the wall rules and the force run on boxes of the block in these scenarios even where the
+# boxes cover most of these small blocks (boundary_rules.DENSE_FRACTION): the boxes, which every
+# shard takes as the union over the blocks, are compared across decompositions too
+BOXED = ("curved", "open")
 
 
 def scenario(name: str, lattice_name: str, dtype: str = "float32"):

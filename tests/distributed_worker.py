@@ -22,12 +22,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
-from distributed_scenarios import SCENARIOS, scenario  # noqa: E402
+from distributed_scenarios import BOXED, SCENARIOS, scenario  # noqa: E402
 
 from solver.distributed.decomposition import Decomposition  # noqa: E402
 from solver.distributed.distribution import Distribution  # noqa: E402
 from solver.distributed.runtime import start  # noqa: E402
+from solver.fluid import boundary_rules  # noqa: E402
 from solver.fluid.step import initial_state, make_chunk, make_geometry  # noqa: E402
+
+DENSE_FRACTION = boundary_rules.DENSE_FRACTION
 
 
 def main() -> None:
@@ -54,6 +57,7 @@ def main() -> None:
     for lattice in args.lattices:
         for name in args.scenarios:
             setup, density, velocity = scenario(name, lattice, args.dtype)
+            boundary_rules.DENSE_FRACTION = 1.0 if name in BOXED else DENSE_FRACTION
             steps = args.steps if setup.lattice.d == 2 else args.steps_3d
             if runtime.is_root:  # only process 0 compares
                 state = initial_state(setup, density, velocity)

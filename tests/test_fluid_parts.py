@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import dataclasses
+
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
 from kernels.lattices import LATTICES
-from solver.fluid import boundary_rules, collide
+from solver.distributed.decomposition import Decomposition
+from solver.distributed.halo import XlaHalo
+from solver.fluid import boundary_rules, collide, grid_field, step
+from solver.fluid.grid_field import GridField
 from solver.fluid.padded import SINGLE
 from solver.fluid.setup import COLLISIONS, BodyForce, FluidSetup, OpenBoundary
 
@@ -43,9 +49,8 @@ def test_operators_conserve_mass_and_momentum(name, lattice_name, smagorinsky):
         np.testing.assert_allclose(mom, rho * u[a], atol=CONSERVATION_ATOL)
 
 
-def _channel(obstacle: np.ndarray | None = None, **extra) -> FluidSetup:
-    """D2Q9 12 x 8, walls on both y faces, the obstacle (if any) solid too."""
-    shape = (12, 8)
+def _channel(obstacle: np.ndarray | None = None, shape=(12, 8), **extra) -> FluidSetup:
+    """D2Q9 12 x 8 (or ``shape``), walls on both y faces, the obstacle (if any) solid too."""
     solid = np.zeros(shape, bool)
     solid[:, [0, -1]] = True
     if obstacle is not None:
@@ -84,3 +89,79 @@ def test_plan_holds_only_the_parts_the_setup_needs():
     assert plan.walls == (boundary_rules.bouzidi,)
     assert len(plan.faces) == 2 and plan.force is not None and plan.materialise
     assert plan.padded == (("solid", 0), ("wall_distance", 1), ("obstacle", 0))
+
+
+def _disk_channel(shape=(40, 20), center=(20.0, 9.5), radius=3.2) -> FluidSetup:
+    """D2Q9 channel with walls on both y faces and a round obstacle with link fractions."""
+    index = np.indices(shape)
+    obstacle = (index[0] - center[0]) ** 2 + (index[1] - center[1]) ** 2 < radius**2
+    rng = np.random.default_rng(5)
+    return _channel(obstacle, wall_distance=rng.uniform(0.2, 0.8, (9, *shape)), shape=shape)
+
+
+def test_wall_regions_hold_every_node_the_rules_touch():
+    """The boxes hold every solid node and every node pulling from one, as few cells as the
+    walls allow (two wall strips and the obstacle's box, not the grid); on a mesh the union over
+    the blocks in block coordinates; a lazy GridField gives the same boxes; boxes covering most
+    of the block give way to the whole block."""
+    setup = _disk_channel()
+    plan = boundary_rules.plan_boundaries(setup, SINGLE)
+    assert plan.regions is not None and len(plan.regions) == 3
+    near = grid_field.near_walls(setup.lattice.c, setup.solid, setup.shape)
+    inside = np.zeros(setup.shape, bool)
+    for region in plan.regions:
+        inside[tuple(slice(a, a + n) for a, n in region)] = True
+    assert inside[near].all()
+    assert set(plan.regions) >= {((0, 40), (0, 2)), ((0, 40), (18, 2))}
+    disk = [r for r in plan.regions if r[1] not in ((0, 2), (18, 2))][0]
+    assert disk == ((16, 9), (6, 8))  # the disk's 7 x 6 solid nodes and a ring around them
+
+    halo = XlaHalo(Decomposition(setup.shape, (2, 1)))
+    boxed = boundary_rules.wall_regions(setup, halo)
+    # the disk straddles the two blocks: its halves land at both ends of the block
+    assert sorted(r[0] for r in boxed if r[1] == (6, 8)) == [(0, 5), (16, 4)]
+
+    lazy = GridField(setup.shape, bool, lambda box: np.asarray(setup.solid)[box])
+    assert grid_field.near_walls(setup.lattice.c, lazy, (20, 20)).tolist() == (
+        grid_field.near_walls(setup.lattice.c, setup.solid, (20, 20)).tolist()
+    )
+
+    narrow = _disk_channel(shape=(12, 8), center=(6.0, 3.5), radius=1.6)
+    assert boundary_rules.plan_boundaries(narrow, SINGLE).regions is None
+
+
+def test_rules_on_boxes_equal_the_rules_on_the_whole_block(monkeypatch):
+    """Curved walls, the rest state in solids, the force and its moment computed on the boxes
+    give the whole block's populations (to the few ulps of XLA's FMA contraction, which depends
+    on the array's shape: tests/test_distributed_equality.py) and its force (summed in
+    another order)."""
+    setup = dataclasses.replace(
+        _disk_channel(),
+        moment_center=(20.0, 9.5),
+        open_boundaries=(
+            OpenBoundary(0, "low", "velocity_bounce_back", velocity=np.full((2, 20), 0.0)),
+            OpenBoundary(0, "high", "characteristic", density=1.0),
+        ),
+    )
+    face = np.zeros((2, 20))
+    face[0, 1:-1] = 0.04
+    setup.open_boundaries[0].velocity[...] = face
+    rng = np.random.default_rng(2)
+    density = 1.0 + 0.01 * rng.standard_normal(setup.shape)
+    velocity = np.where(setup.solid[None], 0.0, 0.03 + 0.01 * rng.standard_normal((2, 40, 20)))
+
+    def run():
+        chunk = jax.jit(step.make_chunk(setup), static_argnums=2)
+        state, forces = chunk(
+            step.initial_state(setup, density, velocity), step.make_geometry(setup), 6
+        )
+        return np.asarray(state.populations), np.asarray(forces)
+
+    assert boundary_rules.plan_boundaries(setup, SINGLE).regions is not None
+    boxed, boxed_forces = run()
+    monkeypatch.setattr(boundary_rules, "DENSE_FRACTION", 0.0)
+    assert boundary_rules.plan_boundaries(setup, SINGLE).regions is None
+    whole, whole_forces = run()
+    assert np.isfinite(whole).all() and np.abs(whole_forces[:, 0]).max() > 1e-4
+    np.testing.assert_allclose(boxed, whole, rtol=0, atol=2e-6)
+    np.testing.assert_allclose(boxed_forces, whole_forces, rtol=1e-4, atol=1e-7)

@@ -18,6 +18,9 @@ the setup on the host, so the traced program holds only what the problem needs):
     faces  open boundaries on the materialised populations, face-sized in-place updates
     force  the momentum-exchange force on the obstacle, (f, pull) -> (d,)
 
+Walls, nodes and the force run on the plan's ``regions`` (boxes around the solid nodes) when
+there are any, over a plain pull of the whole block; otherwise on the whole block.
+
 The equations are in kernels/boundaries.py. A new wall rule is one function here and one branch
 in ``plan_boundaries``; a new open-boundary kind is one function ``(lattice, neighbour, ob,
 velocity) -> face populations`` and one entry in ``OPEN_BOUNDARIES``.
@@ -40,7 +43,7 @@ from kernels import boundaries, open_boundaries
 from kernels.equilibrium import Populations
 from kernels.lattices import CS2, Lattice
 from solver.distributed.halo import Halo
-from solver.fluid.grid_field import any_cells
+from solver.fluid.grid_field import any_cells, covering_boxes, merged_boxes, near_walls
 from solver.fluid.grid_field import linked_directions as setup_linked_directions
 from solver.fluid.padded import Region, upstream
 from solver.fluid.setup import FluidSetup, InflowSchedule, OpenBoundary
@@ -392,9 +395,11 @@ def obstacle_force(
         force = list(boundaries.momentum_exchange(lat, pull.here, f, at_obstacle))
         if center is not None:
             shape = f[0].shape
-            origin = halo.origin(shape)
+            # the block's place in the grid, and the region's in the block
+            origin = halo.origin(tuple(n - 2 for n in pull.buffers[0].shape))
+            start = [0] * lat.d if pull.region is None else [r0 for r0, _ in pull.region]
             arm = [
-                lax.broadcasted_iota(dtype, shape, a) + (origin[a] - center[a])
+                lax.broadcasted_iota(dtype, shape, a) + (origin[a] + start[a] - center[a])
                 for a in range(lat.d)
             ]
             force += boundaries.momentum_exchange_moment(lat, pull.here, f, at_obstacle, arm)
@@ -426,6 +431,11 @@ class BoundaryPlan:
             with ghosts in this order.
         materialise: write the populations after walls and nodes into scratch buffers once,
             before the faces, the force and the collision read them.
+        regions: boxes of the block (interior coordinates) holding every node the walls, the
+            nodes and the force rules touch, or None for the whole block. With regions (only
+            when materialised) the whole block is streamed plainly and the rules run on the
+            boxes alone, written over it: an obstacle's curved walls and force then cost its
+            surface, not the grid (docs/performance.md, "Wall rules on boxes").
     """
 
     walls: tuple[BoundaryRule, ...] = ()
@@ -435,6 +445,29 @@ class BoundaryPlan:
     wall_links: tuple[bool, ...] = ()
     padded: tuple[tuple[str, int], ...] = ()
     materialise: bool = False
+    regions: tuple[Region, ...] | None = None
+
+
+# a plan uses at most this many boxes, and none when they hold more than this part of the block
+MOST_REGIONS = 8
+DENSE_FRACTION = 0.5
+
+
+def wall_regions(setup: FluidSetup, halo: Halo) -> tuple[Region, ...] | None:
+    """The boxes of a block that hold every solid node and every node pulling from one, the
+    same for every block (the union over the blocks of the halo's mesh, so that every shard
+    traces the same program); None where they would cover most of the block anyway."""
+    mesh = getattr(halo, "mesh", None)
+    if mesh is None:
+        decomposition = getattr(halo, "decomposition", None)
+        mesh = decomposition.mesh if decomposition is not None else (1,) * len(setup.shape)
+    block = tuple(n // m for n, m in zip(setup.shape, mesh, strict=True))
+    mask = near_walls(setup.lattice.c, setup.solid, block)
+    boxes = merged_boxes(covering_boxes(mask), MOST_REGIONS)
+    covered = sum(math.prod(s.stop - s.start for s in box) for box in boxes)
+    if not boxes or covered > DENSE_FRACTION * math.prod(block):
+        return None
+    return tuple(tuple((s.start, s.stop - s.start) for s in box) for box in boxes)
 
 
 def plan_boundaries(setup: FluidSetup, halo: Halo) -> BoundaryPlan:
@@ -466,6 +499,9 @@ def plan_boundaries(setup: FluidSetup, halo: Halo) -> BoundaryPlan:
         open_boundary(ob, k, walls, halo, has_solid, setup.shape[ob.axis])
         for k, ob in enumerate(setup.open_boundaries)
     )
+    materialise = curved or bool(faces) or force is not None
+    # boxes pay where the rules are long expressions (curved walls) or a sum (the force)
+    regions = wall_regions(setup, halo) if has_solid and (curved or force is not None) else None
     # With curved walls, open faces or a force the streamed populations are long expressions
     # that every consumer (moments, q outputs, force sums) would recompute; they are written
     # once into scratch buffers instead (an in-place update of a loop-carried array, which XLA
@@ -477,5 +513,6 @@ def plan_boundaries(setup: FluidSetup, halo: Halo) -> BoundaryPlan:
         force=force,
         wall_links=wall_links,
         padded=tuple(padded),
-        materialise=curved or bool(faces) or force is not None,
+        materialise=materialise,
+        regions=regions,
     )

@@ -257,3 +257,94 @@ def linked_directions(velocities: np.ndarray, mask, solid) -> list[bool]:
                 up = np.roll(up, tuple(int(v) for v in c[i, 1:]), axis=tuple(range(1, d)))
             found[i] = bool((up & fluid).any())
     return found
+
+
+def _fold(rows: np.ndarray, first: int, block: tuple[int, ...]) -> np.ndarray:
+    """OR of a slab of whole rows (global rows first.., every other axis whole) over the blocks
+    of shape ``block`` tiling the grid: (block) bool, True where any block is True."""
+    n, rest = rows.shape[0], rows.shape[1:]
+    split = [n]
+    for size, b in zip(rest, block[1:], strict=True):
+        split += [size // b, b]
+    folded = rows.reshape(split).any(axis=tuple(range(1, 2 * len(rest), 2)))
+    out = np.zeros(block, dtype=bool)
+    np.logical_or.at(out, (np.arange(first, first + n) % block[0],), folded)
+    return out
+
+
+def near_walls(velocities: np.ndarray, solid, block: tuple[int, ...]) -> np.ndarray:
+    """(block) bool: where, in any block of shape ``block`` tiling the grid, a node is solid or
+    pulls some direction out of a solid node (periodic), i.e. every node a wall rule, the rest
+    state in solids or the momentum exchange touches. Slab by slab for a ``GridField``."""
+    c = np.asarray(velocities)
+    q, d = c.shape
+    out = np.zeros(block, dtype=bool)
+    n0 = solid.shape[0]
+    slabs = solid.slabs() if isinstance(solid, GridField) else [(slice(0, n0),)]
+    for box in slabs:
+        a, b = box[0].start, box[0].stop
+        ext = _rows(solid, a - 1, b + 1)
+        near = np.zeros((b - a,) + tuple(solid.shape[1:]), dtype=bool)
+        for i in range(q):
+            c0 = int(c[i, 0])
+            up = ext[1 - c0 : 1 - c0 + (b - a)]
+            if d > 1:
+                up = np.roll(up, tuple(int(v) for v in c[i, 1:]), axis=tuple(range(1, d)))
+            near |= up
+        out |= _fold(near, a, block)
+    return out
+
+
+def covering_boxes(mask: np.ndarray) -> list[tuple[slice, ...]]:
+    """Boxes that together hold every True cell of ``mask``: the bounding box, split at every
+    empty plane along any axis and shrunk again, recursively (a wall row and a cylinder become
+    three boxes, not the whole grid)."""
+    d = mask.ndim
+
+    def split(box: tuple[slice, ...]) -> list[tuple[slice, ...]]:
+        sub = mask[box]
+        if not sub.any():
+            return []
+        used = [
+            np.flatnonzero(sub.any(axis=tuple(b for b in range(d) if b != a))) for a in range(d)
+        ]
+        box = tuple(
+            slice(s.start + int(u[0]), s.start + int(u[-1]) + 1)
+            for s, u in zip(box, used, strict=True)
+        )
+        for a, u in enumerate(used):
+            gaps = np.flatnonzero(np.diff(u) > 1)
+            if len(gaps):
+                out = []
+                for run in np.split(u - u[0], gaps + 1):
+                    part = list(box)
+                    part[a] = slice(box[a].start + int(run[0]), box[a].start + int(run[-1]) + 1)
+                    out += split(tuple(part))
+                return out
+        return [box]
+
+    return split(tuple(slice(0, n) for n in mask.shape))
+
+
+def merged_boxes(boxes: list[tuple[slice, ...]], most: int) -> list[tuple[slice, ...]]:
+    """At most ``most`` boxes covering ``boxes``: the pair whose joint bounding box adds the
+    fewest cells is merged until few enough remain."""
+
+    def volume(box):
+        return math.prod(s.stop - s.start for s in box)
+
+    def join(p, r):
+        return tuple(
+            slice(min(a.start, b.start), max(a.stop, b.stop)) for a, b in zip(p, r, strict=True)
+        )
+
+    boxes = list(boxes)
+    while len(boxes) > most:
+        _, i, j = min(
+            (volume(join(boxes[i], boxes[j])) - volume(boxes[i]) - volume(boxes[j]), i, j)
+            for i in range(len(boxes))
+            for j in range(i + 1, len(boxes))
+        )
+        boxes[i] = join(boxes[i], boxes[j])
+        del boxes[j]
+    return boxes

@@ -343,18 +343,38 @@ def _make_chunk(
         # parts take into their consumers (no pass of its own)
         buffers = [dec(b) for dec, b in zip(decoders, buffers, strict=True)]
         view = Pull(lat, buffers, geo, plan.wall_links, time=time, previous=scratch)
-        pre = stream(view, plan.walls)
-        for rule in plan.nodes:
-            pre = rule(pre, view)
+        regions = plan.regions
+        pre = stream(view, () if regions else plan.walls)
+        if not regions:
+            for rule in plan.nodes:
+                pre = rule(pre, view)
         pre = [p.astype(dtype) for p in pre]
         if plan.materialise:
             zero = (0,) * d
             pre = [lax.dynamic_update_slice(s, p, zero) for s, p in zip(scratch, pre, strict=True)]
+            for region in regions or ():
+                # the walls and nodes on the boxes only, written over the plain pull
+                local = view.at(region)
+                near = stream(local, plan.walls)
+                for rule in plan.nodes:
+                    near = rule(near, local)
+                start = [r0 for r0, _ in region]
+                pre = [
+                    lax.dynamic_update_slice(p, v.astype(dtype), start)
+                    for p, v in zip(pre, near, strict=True)
+                ]
             for rule in plan.faces:
                 pre = rule(pre, view)
             scratch = tuple(pre)
         force = jnp.zeros((setup.force_width,), dtype)
-        if plan.force is not None:
+        if plan.force is not None and regions:
+            for region in regions:
+                start = [r0 for r0, _ in region]
+                limit = [r0 + n for r0, n in region]
+                force = force + plan.force(
+                    [lax.slice(p, start, limit) for p in pre], view.at(region)
+                )
+        elif plan.force is not None:
             force = plan.force(pre, view)
         return tuple(pre), force, scratch
 
