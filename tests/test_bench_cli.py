@@ -140,3 +140,22 @@ def test_mpi_workers_do_not_inherit_the_parents_mpi_launch():
     inherited, left, returncode = (int(word) for word in done.stdout.split())
     assert inherited > 0  # the parent's MPI launch is in the child's environment
     assert left == 0 and returncode == 0, done.stderr[-2000:]
+
+
+def test_wall_boxes_bench_rows_compare_the_boxes_with_the_whole_block(tmp_path):
+    """The 2D-2 cylinder's two wall strips and cylinder become 3 boxes, and the boxed chunk
+    holds fewer bytes per cell than the whole-block one (figures: docs/performance.md)."""
+    from solver.bench.wall_boxes import main
+
+    out = tmp_path / "boxes.json"
+    args = ["--cases", "cylinder", "--steps", "2", "--repeats", "1", "--rounds", "1"]
+    assert main([*args, "--json", str(out)]) == 0
+    whole, boxed = json.loads(out.read_text())
+    assert (whole["rules"], whole["boxes"]) == ("whole block", 0)
+    assert (boxed["rules"], boxed["boxes"]) == ("boxes", 3)
+    assert boxed["peak_bytes_per_cell"] < whole["peak_bytes_per_cell"]
+    for row in (whole, boxed):
+        assert row["fraction"] == pytest.approx(row["mlups"] / row["roofline_mlups"])
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--cases", "sphere,box"])
+    assert exit_info.value.code == 2

@@ -1,5 +1,5 @@
 """`python -m solver.bench [NAME] [options]`, NAME one of fluid, scaling, bodies, twin, twin_stall,
-checkpoint, coupled, geometry, gpu-check, setup_memory.
+checkpoint, coupled, geometry, gpu-check, setup_memory, wall_boxes.
 
 Without a benchmark name the fluid benchmark runs (MLUPS per lattice and precision against the
 measured memory-copy roofline); each name is one module of this package.
@@ -21,6 +21,7 @@ BENCHMARKS = (
     "geometry",
     "gpu-check",
     "setup_memory",
+    "wall_boxes",
 )
 
 
