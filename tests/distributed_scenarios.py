@@ -14,7 +14,10 @@ In 3D the z faces are periodic. Two more periodic boxes with a body force exerci
 collision operators (``COLLISION_SCENARIOS``, run where their lattice allows): ``kbc`` (D2Q9,
 D3Q27) and ``regularized`` (every lattice, with the Smagorinsky model). ``fp16`` is the channel
 with float16 storage of the populations (``STORAGE_SCENARIOS``): 16-bit ghost buffers and halo
-messages, encoded and decoded in every step.
+messages, encoded and decoded in every step. ``mirror`` is the curved-wall channel without its
+walls, with symmetry planes on both faces of every axis but x (``FluidSetup.mirror_axes``) and
+the obstacle centred on the low y plane, so that links cross into its mirror image; meshes for it
+split x only (a mesh splitting a mirrored axis is refused).
 """
 
 from __future__ import annotations
@@ -27,6 +30,8 @@ from kernels.lattices import LATTICES
 from solver.fluid.setup import BodyForce, FluidSetup, InflowSchedule, OpenBoundary
 
 SCENARIOS = ("periodic", "channel", "curved", "open")
+# symmetry planes (FluidSetup.mirror_axes) on y (and z): meshes splitting x only
+MIRROR_SCENARIOS = ("mirror",)
 COLLISION_SCENARIOS = ("kbc", "regularized")
 # scenario -> (the scenario it stores, storage dtype)
 STORAGE_SCENARIOS = {"fp16": ("channel", "float16")}
@@ -63,6 +68,9 @@ def scenario(name: str, lattice_name: str, dtype: str = "float32"):
     index = np.indices(shape)
     solid = (index[1] == 0) | (index[1] == shape[1] - 1)
     center = [n / 2 - 0.5 for n in shape]
+    if name == "mirror":  # symmetry planes on every axis but x, the obstacle across the low y one
+        solid = np.zeros(shape, bool)
+        center[1] = -0.5
     if name == "channel":
         obstacle = (np.abs(index[0] - center[0]) < 1.5) & (np.abs(index[1] - center[1]) < 1.5)
     else:
@@ -102,4 +110,7 @@ def scenario(name: str, lattice_name: str, dtype: str = "float32"):
         geometry["wall_velocity"] = wall_velocity
     else:
         geometry["wall_distance"] = rng.uniform(0.25, 0.75, (lattice.q, *shape))
+    if name == "mirror":
+        geometry["mirror_axes"] = tuple(range(1, d))
+        inlet[0] = 0.03
     return FluidSetup(**common, **geometry), density, velocity

@@ -5,8 +5,9 @@ Smagorinsky model, resting and moving walls with an inlet, an outlet and a measu
 curved (Bouzidi) walls, the link-wise ramped inlet with a convective outlet and a sponge, in 2D
 (D2Q9) and 3D (D3Q19, D3Q27); the KBC (D2Q9) and recursive regularized (D3Q19, with the
 Smagorinsky model) collisions on a periodic box with a body force; the channel with float16
-storage of the populations (D2Q9, fake devices). Fake CPU devices run in one
-process with the xla halo; MPI runs launch real ``mpirun`` jobs with both halo back ends.
+storage of the populations (D2Q9, fake devices); symmetry planes across a curved obstacle.
+Fake CPU devices run in one process with the xla halo; MPI runs launch real ``mpirun`` jobs with
+both halo back ends.
 
 Bitwise except where a curved wall is involved: XLA:CPU contracts a*b + c into a fused
 multiply-add in its vectorised loop bodies, and a block of another shape puts some cells into a
@@ -68,7 +69,7 @@ def check(results: list[dict], expected: int, bitwise_curved: bool = False) -> N
             f"{r['lattice']} {r['scenario']} mesh {r['mesh']} ({r['backend']}, {r['processes']} p)"
         )
         assert r["finite"], f"{name}: reference not finite"
-        if r["scenario"] == "curved" and not bitwise_curved:
+        if r["scenario"] in ("curved", "mirror") and not bitwise_curved:
             assert r["max_abs_diff"] <= CURVED_FMA_BOUND, f"{name}: {r['max_abs_diff']}"
         else:
             assert r["bitwise"], f"{name}: not bitwise, max diff {r['max_abs_diff']}"
@@ -107,6 +108,9 @@ def finish(proc: subprocess.Popen, timeout: float = 1100) -> str:
         # second test so that the two xdist workers share the compilations
         ("D2Q9", ["4,2"], ["kbc", "fp16"], 2, FAST_COMPILE),
         pytest.param("D2Q9", ["1,2"], ALL, 4, "", marks=pytest.mark.long),
+        # symmetry planes on y: the ghosts of every shard mirror its own edge planes
+        ("D2Q9", ["4,1"], ["mirror"], 1, ""),
+        pytest.param("D3Q19", ["2,1,1"], ["mirror"], 1, FAST_COMPILE, marks=pytest.mark.long),
         # edges cross shards in x-z; 3D periodic edges are split over 4 MPI ranks (D3Q27)
         ("D3Q19", ["2,1,2"], ["channel", "curved", "regularized"], 3, FAST_COMPILE),
         # edges and corners cross shards; 3D edges run in make test (D3Q19 here, D3Q27 on MPI)
@@ -148,6 +152,8 @@ def test_curved_walls_bitwise_without_fma():
         pytest.param(4, "mpi", "D2Q9", ["2,2"], ["curved"], marks=pytest.mark.long),
         (4, "mpi", "D3Q27", ["2,2,1"], ["periodic"]),  # x-y edges cross shards
         (4, "xla", "D2Q9", ["2,2"], ["channel"]),  # "open" faces: fake devices 4 x 2
+        # symmetry planes: each process mirrors its own edge planes, x crosses processes
+        (2, "mpi", "D2Q9", ["2,1"], ["mirror"]),
         # float16 halo messages travel as uint16 over MPI (no MPI float16 type)
         pytest.param(4, "mpi", "D2Q9", ["2,2"], ["fp16"], marks=pytest.mark.long),
     ],

@@ -106,7 +106,11 @@ def _fits(cells: int, shards: int) -> bool:
 
 
 def choose_mesh(
-    spec: str | Sequence[int], shape: Sequence[int], devices: int, key: str = "domain.mesh"
+    spec: str | Sequence[int],
+    shape: Sequence[int],
+    devices: int,
+    key: str = "domain.mesh",
+    unsplit: Sequence[int] = (),
 ) -> Decomposition:
     """The decomposition of ``shape`` asked for by ``spec`` on ``devices`` devices.
 
@@ -114,20 +118,32 @@ def choose_mesh(
         spec: a preset name (PRESETS) or one shard count per axis.
         shape: global grid, cells per axis.
         devices: devices available (all processes together).
+        unsplit: axes no mesh may split (those with symmetry planes: their ghosts mirror the
+            block's own edge planes, ``FluidSetup.mirror_axes``).
 
     Raises:
         ConfigError: a mesh longer or shorter than the grid's dimension, larger than the devices,
-            or one that does not divide the grid (naming both numbers).
+            one that does not divide the grid (naming both numbers), or one splitting an
+            ``unsplit`` axis.
     """
     shape = tuple(int(n) for n in shape)
     d = len(shape)
     if isinstance(spec, str):
         if spec not in PRESETS:
             raise ConfigError(key, spec, f"one of {', '.join(PRESETS)} or a list of {d} integers")
-        return _preset(spec, shape, devices, key)
+        return _preset(spec, shape, devices, key, tuple(unsplit))
     mesh = tuple(int(m) for m in spec)
     if len(mesh) != d or any(m < 1 for m in mesh):
         raise ConfigError(key, list(mesh), f"{d} integers >= 1 (one per axis of the {d}D grid)")
+    split = [AXIS_NAMES[a] for a in unsplit if mesh[a] > 1]
+    if split:
+        whole = ", ".join(AXIS_NAMES[a] for a in unsplit)
+        raise ConfigError(
+            key,
+            list(mesh),
+            f"a mesh that leaves the axes with symmetry planes ({whole}) whole",
+            hint=f"it splits {', '.join(split)}; split x instead (domain.mesh=slab)",
+        )
     if math.prod(mesh) > devices:
         raise ConfigError(
             key,
@@ -150,7 +166,9 @@ def choose_mesh(
     return Decomposition(shape, mesh)
 
 
-def _preset(name: str, shape: tuple[int, ...], devices: int, key: str) -> Decomposition:
+def _preset(
+    name: str, shape: tuple[int, ...], devices: int, key: str, unsplit: tuple[int, ...] = ()
+) -> Decomposition:
     d = len(shape)
     if name == "single" or devices == 1:
         return Decomposition(shape, (1,) * d)
@@ -159,6 +177,7 @@ def _preset(name: str, shape: tuple[int, ...], devices: int, key: str) -> Decomp
         (*f, *(1,) * (d - split_axes))
         for f in _factorisations(devices, split_axes)
         if _divides(shape, (*f, *(1,) * (d - split_axes)))
+        and all(((*f, *(1,) * (d - split_axes)))[a] == 1 for a in unsplit)
     ]
     if name in ("pencil", "block"):
         # a pencil splits two axes and a block all of them when the device count allows

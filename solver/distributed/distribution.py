@@ -657,9 +657,15 @@ def _call_chunk(local: Callable, n: int, state: FluidState, geometry: FluidGeome
 
 
 def distribute(
-    runtime: Runtime, mesh_spec, shape: tuple[int, ...], overlap: bool = False
+    runtime: Runtime,
+    mesh_spec,
+    shape: tuple[int, ...],
+    overlap: bool = False,
+    unsplit: tuple[int, ...] = (),
 ) -> Distribution:
     """Check ``domain.mesh`` against the grid, the devices and the processes, and place it.
+
+    ``unsplit``: axes the mesh must leave whole (the setup's symmetry planes).
 
     Raises:
         ConfigError: see ``choose_mesh``; also a mesh whose shard count differs from the number
@@ -675,7 +681,7 @@ def distribute(
             f"a mesh of exactly {processes} shards (one per process)",
             hint=f"it has {math.prod(mesh_spec)}; {processes} processes are running",
         )
-    decomposition = choose_mesh(mesh_spec, shape, devices)
+    decomposition = choose_mesh(mesh_spec, shape, devices, unsplit=unsplit)
     if processes > 1 and decomposition.shards != processes:
         raise ConfigError(
             "domain.mesh",

@@ -414,7 +414,7 @@ def obstacle_force(
 def linked_directions(setup: FluidSetup, mask: np.ndarray | None) -> list[bool]:
     """Which directions i have a fluid node whose upstream node x - c_i is in ``mask``
     (``solver.fluid.grid_field.linked_directions``: a lazy mask slab by slab, never whole)."""
-    return setup_linked_directions(setup.lattice.c, mask, setup.solid)
+    return setup_linked_directions(setup.lattice.c, mask, setup.solid, setup.mirror_axes)
 
 
 @dataclass(frozen=True)
@@ -462,7 +462,7 @@ def wall_regions(setup: FluidSetup, halo: Halo) -> tuple[Region, ...] | None:
         decomposition = getattr(halo, "decomposition", None)
         mesh = decomposition.mesh if decomposition is not None else (1,) * len(setup.shape)
     block = tuple(n // m for n, m in zip(setup.shape, mesh, strict=True))
-    mask = near_walls(setup.lattice.c, setup.solid, block)
+    mask = near_walls(setup.lattice.c, setup.solid, block, setup.mirror_axes)
     boxes = merged_boxes(covering_boxes(mask), MOST_REGIONS)
     covered = sum(math.prod(s.stop - s.start for s in box) for box in boxes)
     if not boxes or covered > DENSE_FRACTION * math.prod(block):

@@ -45,7 +45,7 @@ OUTLETS = {
 TG_VARIANTS = ("vortex", "beltrami", "brachet")
 # case=geometry: the built-in exact sphere (case.mesh), the mesh files' units, the tunnel's sides
 ANALYTIC_SPHERE = "sphere"
-TUNNEL_WALLS = ("periodic", "no_slip")
+TUNNEL_WALLS = ("periodic", "no_slip", "symmetry")
 REPOSITORY = Path(__file__).resolve().parents[2]
 MAX_MACH = 0.3
 

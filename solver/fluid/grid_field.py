@@ -225,11 +225,28 @@ def _rows(array, start: int, stop: int) -> np.ndarray:
     return parts[0] if len(parts) == 1 else np.concatenate(parts, axis=0)
 
 
-def linked_directions(velocities: np.ndarray, mask, solid) -> list[bool]:
+def shifted(array: np.ndarray, shifts, axes, mirror_axes=()) -> np.ndarray:
+    """out[x] = array[x - s] for shifts s (-1, 0 or 1) along ``axes``: periodic, or across a
+    symmetry plane along ``mirror_axes`` (the node beyond the edge is the edge node's image)."""
+    out = array
+    for s, a in zip(shifts, axes, strict=True):
+        s = int(s)
+        if not s:
+            continue
+        if a in mirror_axes:
+            n = out.shape[a]
+            out = np.take(out, np.clip(np.arange(n) - s, 0, n - 1), axis=a)
+        else:
+            out = np.roll(out, s, axis=a)
+    return out
+
+
+def linked_directions(velocities: np.ndarray, mask, solid, mirror_axes=()) -> list[bool]:
     """Which directions i have a fluid node (not in ``solid``) whose upstream node x - c_i
-    (periodic) is in ``mask``. Arrays as ``np.roll`` over the whole grid; a ``GridField`` mask
-    or solid slab by slab along the first axis with one ghost row on each side (the result is
-    the same: a global fact every process needs before tracing the step)."""
+    (periodic, or mirrored along ``mirror_axes``) is in ``mask``. Arrays over the whole grid; a
+    ``GridField`` mask or solid slab by slab along the first axis with one ghost row on each
+    side (the result is the same: a global fact every process needs before tracing the
+    step)."""
     c = np.asarray(velocities)
     q, d = c.shape
     if mask is None or not any_cells(mask):
@@ -238,7 +255,7 @@ def linked_directions(velocities: np.ndarray, mask, solid) -> list[bool]:
         mask, fluid = np.asarray(mask), ~np.asarray(solid)
         out = []
         for i in range(q):
-            up = np.roll(mask, tuple(int(v) for v in c[i]), axis=tuple(range(d)))
+            up = shifted(mask, c[i], range(d), mirror_axes)
             out.append(i != 0 and bool((up & fluid).any()))
         return out
     found = [False] * q
@@ -253,8 +270,7 @@ def linked_directions(velocities: np.ndarray, mask, solid) -> list[bool]:
             c0 = int(c[i, 0])
             # up[x] = mask[x - c_i]: rows a - c0 .. b - c0, i.e. ext rows 1 - c0 ..
             up = ext[1 - c0 : 1 - c0 + (b - a)]
-            if d > 1:
-                up = np.roll(up, tuple(int(v) for v in c[i, 1:]), axis=tuple(range(1, d)))
+            up = shifted(up, c[i, 1:], range(1, d), mirror_axes)
             found[i] = bool((up & fluid).any())
     return found
 
@@ -272,10 +288,11 @@ def _fold(rows: np.ndarray, first: int, block: tuple[int, ...]) -> np.ndarray:
     return out
 
 
-def near_walls(velocities: np.ndarray, solid, block: tuple[int, ...]) -> np.ndarray:
+def near_walls(velocities: np.ndarray, solid, block: tuple[int, ...], mirror_axes=()) -> np.ndarray:
     """(block) bool: where, in any block of shape ``block`` tiling the grid, a node is solid or
-    pulls some direction out of a solid node (periodic), i.e. every node a wall rule, the rest
-    state in solids or the momentum exchange touches. Slab by slab for a ``GridField``."""
+    pulls some direction out of a solid node (periodic, or mirrored along ``mirror_axes``),
+    i.e. every node a wall rule, the rest state in solids or the momentum exchange touches.
+    Slab by slab for a ``GridField``."""
     c = np.asarray(velocities)
     q, d = c.shape
     out = np.zeros(block, dtype=bool)
@@ -288,9 +305,7 @@ def near_walls(velocities: np.ndarray, solid, block: tuple[int, ...]) -> np.ndar
         for i in range(q):
             c0 = int(c[i, 0])
             up = ext[1 - c0 : 1 - c0 + (b - a)]
-            if d > 1:
-                up = np.roll(up, tuple(int(v) for v in c[i, 1:]), axis=tuple(range(1, d)))
-            near |= up
+            near |= shifted(up, c[i, 1:], range(1, d), mirror_axes)
         out |= _fold(near, a, block)
     return out
 

@@ -66,6 +66,8 @@ def unsupported(setup: FluidSetup, kernel: str = "native") -> str | None:
         return "a measured obstacle force (the momentum exchange is an XLA-step part)"
     if setup.sponge is not None:
         return "a sponge layer"
+    if setup.mirror_axes:
+        return "symmetry planes (their ghosts mirror the edge planes in the XLA step)"
     if kernel == "pallas" and setup.cells > PALLAS_MAX_CELLS:
         return f"{setup.cells} cells (the Pallas kernel indexes at most {PALLAS_MAX_CELLS})"
     return None

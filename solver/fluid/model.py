@@ -143,7 +143,11 @@ class FluidModel:
         self.case = case = build_case(config, runtime) if case is None else case
         self.setup, self.units = setup, units = case.setup, case.units
         self.dist = dist = distribute(
-            runtime, config.domain.mesh, setup.shape, overlap_halos(config.domain.overlap)
+            runtime,
+            config.domain.mesh,
+            setup.shape,
+            overlap_halos(config.domain.overlap),
+            unsplit=setup.mirror_axes,
         )
         self.layout = dist
         self.runtime = runtime

@@ -28,10 +28,14 @@ Region = Sequence[tuple[int, int]]
 Faces = dict[tuple[int, int], Sequence[Array]]
 
 
-def pad_with_halo(field: Array, lead: int = 0, halo: Halo = SINGLE) -> Array:
+def pad_with_halo(
+    field: Array, lead: int = 0, halo: Halo = SINGLE, mirror_axes: Sequence[int] = ()
+) -> Array:
     """(*lead_axes, *shape) -> (*lead_axes, *(shape + 2)) with every ghost layer (faces, edges,
     corners) filled by ``halo``: periodic on one device, from the neighbours when sharded (one
-    message per neighbour)."""
+    message per neighbour). Along ``mirror_axes`` the ghosts copy the block's own edge planes
+    (symmetry planes; the leading components are not permuted, so only fields whose ghosts are
+    read as scalars belong here: the solid and obstacle masks)."""
     d = field.ndim - lead
     shape = field.shape[lead:]
     padded = jnp.pad(field, [(0, 0)] * lead + [(1, 1)] * d)
@@ -40,13 +44,15 @@ def pad_with_halo(field: Array, lead: int = 0, halo: Halo = SINGLE) -> Array:
         moving = tuple(a for a, o in enumerate(offset) if o)
         for axes, src_start, src_size, ghost_start in ghost_regions(offset, shape):
             if axes == moving:  # the region only this offset reads
+                src_start, _ = _mirrored(offset, axes, src_start, shape, mirror_axes)
+                shift = tuple(0 if a in mirror_axes else o for a, o in enumerate(offset))
                 block = lax.slice(
                     field,
                     [0] * lead + src_start,
                     list(field.shape[:lead])
                     + [s + n for s, n in zip(src_start, src_size, strict=True)],
                 )
-                routes.setdefault(halo.route(offset), []).append((ghost_start, block))
+                routes.setdefault(halo.route(shift), []).append((ghost_start, block))
     for route, items in routes.items():
         blocks = [block for _, block in items]
         if any(route):
@@ -113,6 +119,7 @@ def write_padded(
     offsets: Sequence[Sequence[int]],
     halo: Halo = SINGLE,
     faces: Faces | None = None,
+    mirror_axes: Sequence[int] = (),
 ) -> tuple[Array, ...]:
     """Store each ``interiors[i]`` (*shape) into ``buffers[i]`` and fill the ghosts a pull along
     ``offsets[i]`` will read, from the interior values themselves (not from the buffer: reading
@@ -125,12 +132,15 @@ def write_padded(
     from these, so the messages wait only for the planes, not for the whole interior: a
     scheduler that runs collectives asynchronously (XLA:GPU's) can overlap them with the
     interior's computation. The values must equal the interiors' planes (the step computes
-    both with the same per-cell arithmetic); the result is then the same bit for bit."""
+    both with the same per-cell arithmetic); the result is then the same bit for bit.
+
+    ``mirror_axes``: axes whose faces are symmetry planes (``FluidSetup.mirror_axes``); their
+    ghosts mirror the block's own edge planes instead (``_ghost_routes``)."""
     d = interiors[0].ndim
     out = [
         lax.dynamic_update_slice(b, x, (1,) * d) for b, x in zip(buffers, interiors, strict=True)
     ]
-    for route, items in _ghost_routes(interiors, offsets, halo, faces).items():
+    for route, items in _ghost_routes(interiors, offsets, halo, faces, mirror_axes).items():
         blocks = [block for _, _, block in items]
         if any(route):
             blocks = shift_blocks(halo, blocks, route)
@@ -139,24 +149,56 @@ def write_padded(
     return tuple(out)
 
 
+def _mirrored(
+    offset: Sequence[int],
+    axes: Sequence[int],
+    src_start: Sequence[int],
+    shape: Sequence[int],
+    mirror_axes: Sequence[int],
+) -> tuple[list[int], list[int]]:
+    """A ghost region's source start with its mirror axes' planes taken from the block's own
+    edge (the low ghost copies plane 0, the high ghost the last plane), and the mirror axes
+    among ``axes`` (whose velocity component the source direction reverses)."""
+    start, flipped = list(src_start), []
+    for a in axes:
+        if a in mirror_axes:
+            start[a] = 0 if offset[a] > 0 else shape[a] - 1
+            flipped.append(a)
+    return start, flipped
+
+
+def mirror_direction(offsets: Sequence[Sequence[int]], i: int, axes: Sequence[int]) -> int:
+    """The direction whose velocity is ``offsets[i]`` with the components along ``axes``
+    reversed (specular reflection on planes normal to them)."""
+    target = [int(v) for v in offsets[i]]
+    for a in axes:
+        target[a] = -target[a]
+    return next(j for j, c in enumerate(offsets) if [int(v) for v in c] == target)
+
+
 def _ghost_routes(
     interiors: Sequence[Array],
     offsets: Sequence[Sequence[int]],
     halo: Halo,
     faces: Faces | None = None,
+    mirror_axes: Sequence[int] = (),
 ) -> dict[tuple[int, ...], list]:
     """The ghost blocks of ``write_padded`` grouped by the neighbour they come from (its route):
     route -> [(direction, ghost start, source block)]. A block bound for another shard is cut
-    from ``faces`` when given (the plane of its first crossing axis)."""
+    from ``faces`` when given (the plane of its first crossing axis). Along ``mirror_axes`` a
+    ghost of direction i holds the block's own edge plane of the mirrored direction (specular
+    reflection on the symmetry plane half a cell outside)."""
     routes: dict[tuple[int, ...], list] = {}
     for i, (interior, offset) in enumerate(zip(interiors, offsets, strict=True)):
         for axes, src_start, src_size, ghost_start in ghost_regions(offset, interior.shape):
-            shift = [int(o) if a in axes else 0 for a, o in enumerate(offset)]
+            src_start, flipped = _mirrored(offset, axes, src_start, interior.shape, mirror_axes)
+            j = mirror_direction(offsets, i, flipped) if flipped else i
+            shift = [int(o) if a in axes and a not in flipped else 0 for a, o in enumerate(offset)]
             route = halo.route(shift)
-            source, start = interior, list(src_start)
+            source, start = interiors[j], list(src_start)
             if faces is not None and any(route):
                 axis = next(a for a, r in enumerate(route) if r)
-                source = faces[(axis, src_start[axis])][i]
+                source = faces[(axis, src_start[axis])][j]
                 start[axis] = 0
             block = lax.slice(source, start, [s + n for s, n in zip(start, src_size, strict=True)])
             routes.setdefault(route, []).append((i, ghost_start, block))

@@ -155,6 +155,13 @@ class FluidSetup:
         moment_center: (d,) index coordinates (node i at i) of the point about which the
             obstacle's moment is measured; None: force only. With it the step reports the force
             and then the moment, d + 3 values in 3D (M_x, M_y, M_z), d + 1 in 2D (M_z).
+        mirror_axes: axes (not the first) whose two faces are symmetry planes instead of
+            periodic edges: free-slip planes half a cell below the first and above the last
+            node, where a population leaving the grid comes back with that axis's velocity
+            component reversed (specular reflection; the ghosts mirror the edge planes). A
+            flow and geometry symmetric about such a plane are computed on one side of it
+            (a half or quarter model); a body may cross it (its other half is its mirror
+            image). Not with moving walls; the xla kernel only.
     """
 
     lattice: Lattice
@@ -175,9 +182,15 @@ class FluidSetup:
     body_force: BodyForce | None = None
     sponge: np.ndarray | GridField | None = field(default=None, repr=False)
     moment_center: tuple[float, ...] | None = None
+    mirror_axes: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         d = self.lattice.d
+        mirror = tuple(self.mirror_axes)
+        if len(set(mirror)) != len(mirror) or not all(0 < a < d for a in mirror):
+            raise ValueError(f"mirror_axes {mirror}: distinct axes among 1..{d - 1}")
+        if mirror and self.wall_velocity is not None:
+            raise ValueError("mirror_axes with moving walls (wall_velocity) are not supported")
         if len(self.shape) != d:
             raise ValueError(
                 f"grid shape {self.shape} has {len(self.shape)} axes, {self.lattice.name} needs {d}"

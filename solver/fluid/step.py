@@ -331,9 +331,11 @@ def _make_chunk(
         """Encoded ``post`` (and the coupling's ``patch`` over it) into the padded buffers;
         ``faces``: the boundary planes' encoded values, collided apart (overlap)."""
         if patch is None:
-            return write_padded(dst, post, lat.c, halo, faces)
+            return write_padded(dst, post, lat.c, halo, faces, setup.mirror_axes)
         cells, values = patch
-        return _write_patched(dst, post, cells, encoded(values), lat.c, halo, time)
+        return _write_patched(
+            dst, post, cells, encoded(values), lat.c, halo, time, setup.mirror_axes
+        )
 
     def pull(buffers: Sequence[Array], geo: dict, scratch: tuple, time: Array):
         """Pre-collision populations f_i(x, t) (q arrays (*shape)) at step ``time``, the
@@ -416,7 +418,7 @@ def _make_chunk(
             "sponge": geometry.sponge,
         }
         for name, lead in plan.padded:
-            geo[name] = pad_with_halo(getattr(geometry, name), lead, halo)
+            geo[name] = pad_with_halo(getattr(geometry, name), lead, halo, setup.mirror_axes)
         return geo
 
     def stacked(*reports):
@@ -482,6 +484,7 @@ def _write_patched(
     offsets: Sequence[Sequence[int]],
     halo: Halo,
     time: Array,
+    mirror_axes: Sequence[int] = (),
 ) -> tuple[Array, ...]:
     """``write_padded`` with the values of a few cells replaced: each interior (*shape) is
     stored, then ``values[i]`` (c,) are scattered over it at the flat block indices ``cells``
@@ -506,7 +509,7 @@ def _write_patched(
     coords = tuple(reversed(coords))
     out = [o.at[coords].set(v, mode="drop") for o, v in zip(out, values, strict=True)]
     views = [lax.slice(o, (1,) * d, tuple(n + 1 for n in shape)) for o in out]
-    for route, items in _ghost_routes(views, offsets, halo).items():
+    for route, items in _ghost_routes(views, offsets, halo, None, mirror_axes).items():
         blocks = materialised([block for _, _, block in items], time)
         if any(route):
             blocks = shift_blocks(halo, blocks, route)

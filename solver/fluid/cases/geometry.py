@@ -7,7 +7,13 @@ face (default the non-reflecting characteristic outlet, density 1); the sides ar
   periodic array of bodies is the same as free-slip walls at half the spacing (mirror images),
   i.e. a free-slip tunnel of the given width and height;
 - ``no_slip``: half-way bounce-back walls at y = 0, width and z = 0, height (one solid layer
-  outside each), on which the uniform inflow keeps zero velocity.
+  outside each), on which the uniform inflow keeps zero velocity;
+- ``symmetry``: symmetry (free-slip) planes at y = 0, width and z = 0, height
+  (``FluidSetup.mirror_axes``). The same flow as ``periodic`` for a centred body, and a body
+  may cross them: placed with its centre on y = 0 and z = 0 it is a quarter model of a body in a
+  tunnel twice as wide and high (a quarter of the cells; the force and moments are the
+  quarter's, and so is the voxelised frontal area). The body must be symmetric about a plane it
+  crosses; its links across the plane are cast against the mesh itself.
 Layout: x = (i + 0.5) dx from the inlet; y = (j + 0.5) dx (periodic) or (j - 0.5) dx (no_slip,
 with the solid layers at j = 0 and ny - 1), likewise z; dx = reference_length / resolution.
 
@@ -202,6 +208,7 @@ def build(config: RunConfig) -> GeometryCase:
         cells(key, value, value, dx, MIN_TUNNEL_CELLS)
     shape = grid_shape(config)
     walls = c.walls == "no_slip"
+    mirror = (1, 2) if c.walls == "symmetry" else ()
     origin = (0.0, -dx, -dx) if walls else (0.0, 0.0, 0.0)
     tunnel = (c.length, c.width, c.height)
     extent = (shape[0] * dx, (shape[1] - 2 * walls) * dx, (shape[2] - 2 * walls) * dx)
@@ -211,7 +218,7 @@ def build(config: RunConfig) -> GeometryCase:
             return np.zeros(np.broadcast_shapes(np.shape(i), np.shape(j), np.shape(k)), bool)
         return (j == 0) | (j == shape[1] - 1) | (k == 0) | (k == shape[2] - 1)
 
-    body = _body(c, lattice, shape, origin, dx, extent, in_wall)
+    body = _body(c, lattice, shape, origin, dx, extent, in_wall, mirror)
     obstacle = body.solid
 
     def solid_on(box: Box) -> np.ndarray:
@@ -254,6 +261,7 @@ def build(config: RunConfig) -> GeometryCase:
             OpenBoundary(axis=0, side="high", kind=OUTLETS[c.outlet], density=1.0),
         ),
         moment_center=moment_center,
+        mirror_axes=mirror,
     )
     # impulsive: U everywhere at t = 0; a ramped inflow starts from rest
     start_velocity = u_lattice if c.ramp_time == 0.0 else 0.0
@@ -326,6 +334,7 @@ def _body(
     dx: float,
     extent: tuple[float, float, float],
     in_wall: Callable,
+    mirror: tuple[int, ...] = (),
 ) -> Body:
     """Load, check, place and voxelise the configured body (ConfigError naming the key).
 
@@ -333,13 +342,15 @@ def _body(
     (``ColumnCrossings``) and give the body's nodes on any box; the link fractions are cast
     against the mesh and classified by point queries (``mesh_links``); the facts about the
     whole body are read slab by slab over its bounding box (``body_facts``). ``in_wall(i, j,
-    k)`` says which nodes are side walls (broadcastable index arrays)."""
+    k)`` says which nodes are side walls (broadcastable index arrays). Along the ``mirror``
+    axes (symmetry planes) the body may cross the sides, and its links across them are found
+    on the grid widened by one image node on each side (``_across_planes``)."""
     origin_arr = np.asarray(origin)
     if c.mesh == ANALYTIC_SPHERE:
         radius = 0.5 * c.sphere_diameter
         lower = np.asarray(c.translation) - radius
         upper = np.asarray(c.translation) + radius
-        _check_inside(lower, upper, dx, extent, "sphere", c.translation)
+        _check_inside(lower, upper, dx, extent, "sphere", c.translation, mirror)
         start = time.perf_counter()
         center = (np.asarray(c.translation) - origin_arr) / dx - 0.5
 
@@ -348,7 +359,17 @@ def _body(
 
         bounds = sphere_bounds(center, radius / dx, shape)
         solid, fluid = _masks(shape, inside, in_wall)
-        links = sphere_link_fractions(center, radius / dx, lattice.c, solid, fluid)
+        widened = _Widened(shape, mirror)
+        links = widened.back(
+            sphere_link_fractions(
+                widened.point(center),
+                radius / dx,
+                lattice.c,
+                widened.field(solid),
+                widened.field(fluid),
+            ),
+            lattice.c,
+        )
         return _finish(shape, lattice, solid, fluid, links, bounds, 0, start)
     try:
         mesh = load_mesh(c.mesh)
@@ -360,7 +381,8 @@ def _body(
         ) from None  # fmt: skip
     placed = Placement(c.units, c.scale, c.rotation, c.translation).apply(mesh)
     lower, upper = placed.bounds
-    _check_inside(lower, upper, dx, extent, f"{len(mesh.faces)}-triangle mesh", c.translation)
+    what = f"{len(mesh.faces)}-triangle mesh"
+    _check_inside(lower, upper, dx, extent, what, c.translation, mirror)
     vertices = (placed.vertices - origin_arr) / dx - 0.5
     start = time.perf_counter()
     try:
@@ -376,7 +398,17 @@ def _body(
         inside, wall = columns.solid_at(nodes), in_wall(*nodes.T)
         return inside & ~wall, ~(inside | wall)
 
-    links = mesh_links(vertices, placed.faces, lattice.c, shape, classify)
+    widened = _Widened(shape, mirror)
+    links = widened.back(
+        mesh_links(
+            widened.point(vertices),
+            placed.faces,
+            lattice.c,
+            widened.shape,
+            lambda nodes: classify(widened.image(nodes)),
+        ),
+        lattice.c,
+    )
     bounds = columns.node_bounds()
     return _finish(shape, lattice, solid, fluid, links, bounds, len(placed.faces), start)
 
@@ -411,8 +443,60 @@ def _finish(
 ) -> Body:
     """The Body, with the facts about the whole of it (slab by slab) and its missing links."""
     facts = body_facts(solid.box, fluid.box, bounds, shape, lattice.c)
-    links = Links(links.node, links.direction, links.fraction, facts.links - len(links))
+    # the links across symmetry planes (into the body's image) are not among the facts' links
+    target = np.stack(np.unravel_index(links.node, shape), axis=1) + lattice.c[links.direction]
+    within = ((target >= 0) & (target < np.asarray(shape))).all(axis=1)
+    missing = facts.links - int(np.count_nonzero(within))
+    links = Links(links.node, links.direction, links.fraction, missing)
     return Body(solid, links, facts, triangles, time.perf_counter() - start)
+
+
+class _Widened:
+    """The grid widened by one node on both sides of every mirror axis, whose extra nodes are
+    the images of the edge nodes across the symmetry planes: the links from the grid's fluid
+    nodes into a body's image across a plane are found there like any other link."""
+
+    def __init__(self, shape: tuple[int, ...], mirror: tuple[int, ...]) -> None:
+        self.grid = tuple(shape)
+        self.mirror = mirror
+        self.offset = np.array([1 if a in mirror else 0 for a in range(len(shape))])
+        self.shape = tuple(int(n + 2 * o) for n, o in zip(shape, self.offset, strict=True))
+
+    def point(self, points: np.ndarray) -> np.ndarray:
+        """Index coordinates (..., d) on the widened grid."""
+        return np.asarray(points, dtype=np.float64) + self.offset
+
+    def image(self, nodes: np.ndarray) -> np.ndarray:
+        """(m, d) widened-grid nodes -> the grid's nodes they are (or mirror)."""
+        return np.clip(nodes - self.offset, 0, np.asarray(self.grid) - 1)
+
+    def field(self, field: GridField) -> GridField:
+        """A grid field on the widened grid: the image node's value everywhere."""
+        if not self.mirror:
+            return field
+
+        def on(box: Box) -> np.ndarray:
+            picks, source = [], []
+            for a, s in enumerate(box):
+                index = np.clip(np.arange(s.start, s.stop) - self.offset[a], 0, self.grid[a] - 1)
+                lo = int(index.min())
+                source.append(slice(lo, int(index.max()) + 1))
+                picks.append(index - lo)
+            values = field.box(tuple(source))
+            for a, pick in enumerate(picks):
+                values = np.take(values, pick, axis=a)
+            return values
+
+        return GridField(self.shape, field.dtype, on)
+
+    def back(self, links: Links, velocities: np.ndarray) -> Links:
+        """Links found on the widened grid, from the grid's own fluid nodes, in its indexing."""
+        if not self.mirror:
+            return links
+        nodes = np.stack(np.unravel_index(links.node, self.shape), axis=1) - self.offset
+        keep = ((nodes >= 0) & (nodes < np.asarray(self.grid))).all(axis=1)
+        node = np.ravel_multi_index(tuple(nodes[keep].T), self.grid)
+        return Links(node, links.direction[keep], links.fraction[keep], links.missing)
 
 
 def _check_inside(
@@ -422,12 +506,16 @@ def _check_inside(
     extent: tuple[float, ...],
     what: str,
     translation: tuple[float, ...],
+    mirror: tuple[int, ...] = (),
 ) -> None:
     """ConfigError on case.translation unless the body's bounding box keeps INLET_CLEARANCE
-    cells from the inlet and outlet and SIDE_CLEARANCE cells from the sides."""
+    cells from the inlet and outlet and SIDE_CLEARANCE cells from the sides (not from
+    symmetry planes, ``mirror`` axes, which a symmetric body may cross)."""
     margins = np.array([INLET_CLEARANCE, SIDE_CLEARANCE, SIDE_CLEARANCE]) * dx
     low_gap = lower - margins  # >= 0 when clear of the low faces
     high_gap = np.asarray(extent) - margins - upper  # >= 0 when clear of the high faces
+    for axis in mirror:
+        low_gap[axis] = high_gap[axis] = 0.0
     faces = (("inlet (x = 0)", "outlet (x = length)"), ("side y = 0", "side y = width"),
              ("side z = 0", "side z = height"))  # fmt: skip
     worst, name = 0.0, ""
