@@ -173,6 +173,11 @@ def test_bodies_in_a_fluid_case_are_checked_against_its_walls():
         compose_config(["case=dkt", "fluid=d3q19", "coupling=psm", _duct_sphere(0.005)])
     with pytest.raises(ConfigError, match="coupling.method"):
         compose_config([*DUCT[:2], "coupling=none", _duct_sphere(0.005)])
+    tunnel = ["case=geometry", "fluid=d3q19", "coupling=psm", "case.mesh=sphere"]
+    with pytest.raises(ConfigError, match="case.walls"):  # symmetry planes mirror the fluid only
+        build_coupled_case(
+            compose_config([*tunnel, "case.walls=symmetry", "case.resolution=4", _duct_sphere(0.1)])
+        )
 
 
 PUSH = -0.005  # m/s of the recorded kinematic sphere: upstream, against the duct flow

@@ -98,6 +98,14 @@ def check_in_plane(scene, gravity: tuple[float, float, float]) -> None:
 def build_scene_in_fluid(config: RunConfig):
     """The CoupledCase of a fluid case with the bodies of ``coupling.scene``."""
     fluid_case = build_case(config)
+    if fluid_case.setup.mirror_axes:
+        # a body near a symmetry plane would need its mirror image in the coupling too
+        raise ConfigError(
+            "case.walls",
+            config.case.walls,
+            "periodic or no_slip with bodies in the fluid (coupling.scene)",
+            hint="symmetry planes mirror the fluid only",
+        )
     spec = config.coupling.scene
     scene = scene_of(spec, PREFIX)
     planar = fluid_case.setup.lattice.d == 2
