@@ -49,6 +49,9 @@ class Halo(Protocol):
     def origin(self, block: Sequence[int]) -> tuple[Array | int, ...]:
         """Global index of this shard's first cell along each axis (``block``: its shape)."""
 
+    def block_shape(self, shape: Sequence[int]) -> tuple[int, ...]:
+        """The shape of every shard's block of a global grid of ``shape`` (cells)."""
+
 
 class SingleHalo:
     """One device: shifts wrap onto the same array; every face is a global face."""
@@ -67,6 +70,9 @@ class SingleHalo:
 
     def origin(self, block: Sequence[int]) -> tuple[int, ...]:
         return (0,) * len(block)
+
+    def block_shape(self, shape: Sequence[int]) -> tuple[int, ...]:
+        return tuple(shape)
 
 
 class XlaHalo:
@@ -107,6 +113,9 @@ class XlaHalo:
             lax.axis_index(name) * n if m > 1 else 0
             for name, n, m in zip(self.names, block, self.mesh, strict=True)
         )
+
+    def block_shape(self, shape: Sequence[int]) -> tuple[int, ...]:
+        return _divided(shape, self.mesh)
 
 
 class MpiHalo:
@@ -150,6 +159,9 @@ class MpiHalo:
     def origin(self, block: Sequence[int]) -> tuple[int, ...]:
         return tuple(int(c) * n for c, n in zip(self.coords, block, strict=True))
 
+    def block_shape(self, shape: Sequence[int]) -> tuple[int, ...]:
+        return _divided(shape, self.decomposition.mesh)
+
 
 def shift_together(halo: Halo, blocks: Sequence[Array], offset: Sequence[int]) -> list[Array]:
     """``halo.shift`` of several blocks bound for the same neighbour, as one message.
@@ -171,6 +183,12 @@ def shift_together(halo: Halo, blocks: Sequence[Array], offset: Sequence[int]) -
 def _crossing(offset: Sequence[int], mesh: Sequence[int]) -> tuple[int, ...]:
     """``offset`` with the axes the mesh does not split zeroed."""
     return tuple(int(o) if m > 1 else 0 for o, m in zip(offset, mesh, strict=True))
+
+
+def _divided(shape: Sequence[int], mesh: Sequence[int]) -> tuple[int, ...]:
+    """The block of a grid of ``shape`` split evenly over ``mesh`` (the decomposition checks
+    that it divides)."""
+    return tuple(n // m for n, m in zip(shape, mesh, strict=True))
 
 
 def _linear(coords: Sequence[int], sizes: Sequence[int]) -> int:

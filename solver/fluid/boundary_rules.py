@@ -457,11 +457,7 @@ def wall_regions(setup: FluidSetup, halo: Halo) -> tuple[Region, ...] | None:
     """The boxes of a block that hold every solid node and every node pulling from one, the
     same for every block (the union over the blocks of the halo's mesh, so that every shard
     traces the same program); None where they would cover most of the block anyway."""
-    mesh = getattr(halo, "mesh", None)
-    if mesh is None:
-        decomposition = getattr(halo, "decomposition", None)
-        mesh = decomposition.mesh if decomposition is not None else (1,) * len(setup.shape)
-    block = tuple(n // m for n, m in zip(setup.shape, mesh, strict=True))
+    block = halo.block_shape(setup.shape)
     mask = near_walls(setup.lattice.c, setup.solid, block, setup.mirror_axes)
     boxes = merged_boxes(covering_boxes(mask), MOST_REGIONS)
     covered = sum(math.prod(s.stop - s.start for s in box) for box in boxes)

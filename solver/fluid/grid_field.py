@@ -243,36 +243,58 @@ def shifted(array: np.ndarray, shifts, axes, mirror_axes=()) -> np.ndarray:
 
 def linked_directions(velocities: np.ndarray, mask, solid, mirror_axes=()) -> list[bool]:
     """Which directions i have a fluid node (not in ``solid``) whose upstream node x - c_i
-    (periodic, or mirrored along ``mirror_axes``) is in ``mask``. Arrays over the whole grid; a
-    ``GridField`` mask or solid slab by slab along the first axis with one ghost row on each
-    side (the result is the same: a global fact every process needs before tracing the
-    step)."""
-    c = np.asarray(velocities)
-    q, d = c.shape
+    (periodic, or mirrored along ``mirror_axes``) is in ``mask``. Slab by slab along the first
+    axis for a ``GridField`` mask or solid (the result is the same: a global fact every process
+    needs before tracing the step)."""
+    q = len(velocities)
     if mask is None or not any_cells(mask):
         return [False] * q
-    if not isinstance(mask, GridField) and not isinstance(solid, GridField):
-        mask, fluid = np.asarray(mask), ~np.asarray(solid)
-        out = []
-        for i in range(q):
-            up = shifted(mask, c[i], range(d), mirror_axes)
-            out.append(i != 0 and bool((up & fluid).any()))
-        return out
     found = [False] * q
-    slabs = mask.slabs() if isinstance(mask, GridField) else solid.slabs()
+    for a, b, upstream in _upstream_slabs(velocities, mask, _slabs(mask, solid), mirror_axes):
+        fluid = ~_rows(solid, a, b)
+        for i in range(1, q):
+            if not found[i]:
+                found[i] = bool((upstream(i) & fluid).any())
+    return found
+
+
+def near_walls(velocities: np.ndarray, solid, block: tuple[int, ...], mirror_axes=()) -> np.ndarray:
+    """(block) bool: where, in any block of shape ``block`` tiling the grid, a node is solid or
+    pulls some direction out of a solid node (periodic, or mirrored along ``mirror_axes``),
+    i.e. every node a wall rule, the rest state in solids or the momentum exchange touches.
+    Slab by slab for a ``GridField``."""
+    out = np.zeros(block, dtype=bool)
+    for a, b, upstream in _upstream_slabs(velocities, solid, _slabs(solid), mirror_axes):
+        near = np.zeros((b - a,) + tuple(solid.shape[1:]), dtype=bool)
+        for i in range(len(velocities)):
+            near |= upstream(i)
+        out |= _fold(near, a, block)
+    return out
+
+
+def _slabs(*fields) -> list[tuple[slice, ...]]:
+    """The slabs of the first lazy field among ``fields``, else one slab of the whole grid."""
+    for field in fields:
+        if isinstance(field, GridField):
+            return list(field.slabs())
+    return [(slice(0, fields[0].shape[0]),)]
+
+
+def _upstream_slabs(velocities: np.ndarray, mask, slabs, mirror_axes):
+    """Per slab of rows a..b-1 along the first axis: (a, b, upstream), where upstream(i) is the
+    slab's (b - a, ...) bool array of mask[x - c_i] (periodic, or mirrored along
+    ``mirror_axes``), read from the slab and one ghost row on each side."""
+    c = np.asarray(velocities)
+    d = c.shape[1]
     for box in slabs:
         a, b = box[0].start, box[0].stop
         ext = _rows(mask, a - 1, b + 1)  # ghost rows a - 1 and b
-        fluid = ~_rows(solid, a, b)
-        for i in range(1, q):
-            if found[i]:
-                continue
-            c0 = int(c[i, 0])
-            # up[x] = mask[x - c_i]: rows a - c0 .. b - c0, i.e. ext rows 1 - c0 ..
-            up = ext[1 - c0 : 1 - c0 + (b - a)]
-            up = shifted(up, c[i, 1:], range(1, d), mirror_axes)
-            found[i] = bool((up & fluid).any())
-    return found
+
+        def upstream(i: int, ext=ext, n=b - a) -> np.ndarray:
+            c0 = int(c[i, 0])  # rows x - c0 of the slab: ext rows 1 - c0 ..
+            return shifted(ext[1 - c0 : 1 - c0 + n], c[i, 1:], range(1, d), mirror_axes)
+
+        yield a, b, upstream
 
 
 def _fold(rows: np.ndarray, first: int, block: tuple[int, ...]) -> np.ndarray:
@@ -285,28 +307,6 @@ def _fold(rows: np.ndarray, first: int, block: tuple[int, ...]) -> np.ndarray:
     folded = rows.reshape(split).any(axis=tuple(range(1, 2 * len(rest), 2)))
     out = np.zeros(block, dtype=bool)
     np.logical_or.at(out, (np.arange(first, first + n) % block[0],), folded)
-    return out
-
-
-def near_walls(velocities: np.ndarray, solid, block: tuple[int, ...], mirror_axes=()) -> np.ndarray:
-    """(block) bool: where, in any block of shape ``block`` tiling the grid, a node is solid or
-    pulls some direction out of a solid node (periodic, or mirrored along ``mirror_axes``),
-    i.e. every node a wall rule, the rest state in solids or the momentum exchange touches.
-    Slab by slab for a ``GridField``."""
-    c = np.asarray(velocities)
-    q, d = c.shape
-    out = np.zeros(block, dtype=bool)
-    n0 = solid.shape[0]
-    slabs = solid.slabs() if isinstance(solid, GridField) else [(slice(0, n0),)]
-    for box in slabs:
-        a, b = box[0].start, box[0].stop
-        ext = _rows(solid, a - 1, b + 1)
-        near = np.zeros((b - a,) + tuple(solid.shape[1:]), dtype=bool)
-        for i in range(q):
-            c0 = int(c[i, 0])
-            up = ext[1 - c0 : 1 - c0 + (b - a)]
-            near |= shifted(up, c[i, 1:], range(1, d), mirror_axes)
-        out |= _fold(near, a, block)
     return out
 
 
