@@ -41,10 +41,11 @@ from typing import Any
 from solver.checkpoint.preemption import StopRequests
 from solver.checkpoint.session import RunCheckpoints
 from solver.distributed.runtime import Runtime, start
-from solver.errors import PreemptedError
+from solver.errors import ConfigError, PreemptedError
 from solver.model import UNBOUNDED_STEPS, ChunkHook, Problem
 from solver.output.progress import Progress
 from solver.output.summary import write_run_json
+from solver.run_lock import hold_run_dir
 from solver.telemetry.session import Telemetry
 
 log = logging.getLogger("solver")
@@ -197,6 +198,16 @@ def _run(config, output_dir, interactive, stops, hook, model_factory, cleanup) -
     stops.reinstall()  # jax.distributed may have taken SIGTERM over
     output_dir = Path(runtime.broadcast_text(str(output_dir)))
     output_dir.mkdir(parents=True, exist_ok=True)
+    # process 0 holds the directory; every process learns whether it got it
+    holder = hold_run_dir(output_dir, cleanup) if runtime.is_root else None
+    holder = runtime.broadcast_text(holder or "")
+    if holder:
+        raise ConfigError(
+            "hydra.run.dir",
+            str(output_dir),
+            "a directory no other run is writing to",
+            f"another run ({holder}) is: give this run its own, or continue that one after it ends",
+        )
     process_logging(output_dir, runtime)
     unbounded = hook is not None and getattr(hook, "unbounded", False)
     if model_factory is None:

@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 import time
+from contextlib import ExitStack
 from pathlib import Path
 
 import h5py
@@ -233,6 +234,47 @@ def test_signal_with_checkpoints_off_stops_cleanly_without_one(tmp_path):
     assert "step_00000000" in fields(run_dir), "the output written so far is kept"
 
 
+def test_second_run_in_a_busy_run_dir_stops_before_writing(tmp_path):
+    """Two runs in one directory would overwrite each other's checkpoints and fields: the
+    second is refused (exit 2, one line naming the first's pid) while the first goes on, and
+    the directory is free again once the first has ended."""
+    from solver.run_lock import LOCK_NAME, hold_run_dir
+
+    run_dir = tmp_path / "run"
+    endless = ["case=cavity", "case.resolution=32", "steps=100000000", "chunk=100"]
+    endless += ["output.every=100000000", "output.png=false", "checkpoint=none"]
+    first = subprocess.Popen(
+        [sys.executable, "-m", "solver", *endless, f"hydra.run.dir={run_dir}"],
+        cwd=ROOT,
+        env={**os.environ, "JAX_PLATFORMS": "cpu"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        log = run_dir / "solver.log"
+        _wait_for(lambda: log.is_file() and "domain: mesh" in log.read_text(), 120, "start", first)
+        second = run_solver([*SHORT, f"hydra.run.dir={run_dir}"])
+        assert second.returncode == 2, second.stderr[-2000:]
+        error = [line for line in second.stderr.splitlines() if line.startswith("error:")]
+        assert len(error) == 1 and "Traceback" not in second.stderr, second.stderr[-2000:]
+        assert f"hydra.run.dir = '{run_dir}': allowed a directory no other" in error[0], error
+        assert f"another run (pid {first.pid} on " in error[0], error[0]
+        assert not (run_dir / "checkpoints").exists(), "the refused run wrote a checkpoint"
+        assert first.poll() is None, "the first run was disturbed"
+        first.send_signal(signal.SIGUSR1)
+        _, stderr = first.communicate(timeout=120)
+        assert first.returncode == 76, stderr[-2000:]
+    finally:
+        if first.poll() is None:
+            first.kill()
+            first.communicate()
+    assert json.loads((run_dir / "run.json").read_text())["status"] == "stopped"
+    assert (run_dir / LOCK_NAME).read_text().startswith(f"pid {first.pid} on ")
+    with ExitStack() as stack:
+        assert hold_run_dir(run_dir, stack) is None, "the ended run still holds its directory"
+
+
 # ---------------------------------------------------------------------------- damaged checkpoints
 
 
@@ -296,7 +338,7 @@ def test_incompatible_resume_is_a_config_error_and_loses_nothing(tmp_path):
     assert "shape [32, 32] in the checkpoint, [42, 42] now" in error[0], error[0]
     assert "precision float32 in the checkpoint, float64 now" in error[0], error[0]
     for path, mtime in before.items():
-        if path.name not in ("solver.log",) and ".hydra" not in path.parts:
+        if path.name not in ("solver.log", ".run.lock") and ".hydra" not in path.parts:
             assert path.stat().st_mtime_ns == mtime, f"{path} was touched"
     assert fields(run_dir).keys() == fields_before.keys()
 
