@@ -178,10 +178,9 @@ def test_sigkill_of_one_mpi_rank_then_resume_equals_uninterrupted(tmp_path, long
 # ---------------------------------------------------------------------------- signals
 
 
-def _start_and_signal(args: list[str], run_dir: Path, signum: int) -> subprocess.Popen:
-    """Start ``python -m solver``, send ``signum`` as soon as the run has started (its log
-    names the domain: start-up and compilation are still going on), wait for the end."""
-    process = subprocess.Popen(
+def _start_solver(args: list[str], run_dir: Path) -> subprocess.Popen:
+    """``python -m solver ARGS`` into ``run_dir``, in the background, output captured."""
+    return subprocess.Popen(
         [sys.executable, "-m", "solver", *args, f"hydra.run.dir={run_dir}"],
         cwd=ROOT,
         env={**os.environ, "JAX_PLATFORMS": "cpu"},
@@ -189,6 +188,12 @@ def _start_and_signal(args: list[str], run_dir: Path, signum: int) -> subprocess
         stderr=subprocess.PIPE,
         text=True,
     )
+
+
+def _start_and_signal(args: list[str], run_dir: Path, signum: int) -> subprocess.Popen:
+    """Start ``python -m solver``, send ``signum`` as soon as the run has started (its log
+    names the domain: start-up and compilation are still going on), wait for the end."""
+    process = _start_solver(args, run_dir)
     log = run_dir / "solver.log"
     try:
         _wait_for(
@@ -243,14 +248,7 @@ def test_second_run_in_a_busy_run_dir_stops_before_writing(tmp_path):
     run_dir = tmp_path / "run"
     endless = ["case=cavity", "case.resolution=32", "steps=100000000", "chunk=100"]
     endless += ["output.every=100000000", "output.png=false", "checkpoint=none"]
-    first = subprocess.Popen(
-        [sys.executable, "-m", "solver", *endless, f"hydra.run.dir={run_dir}"],
-        cwd=ROOT,
-        env={**os.environ, "JAX_PLATFORMS": "cpu"},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    first = _start_solver(endless, run_dir)
     try:
         log = run_dir / "solver.log"
         _wait_for(lambda: log.is_file() and "domain: mesh" in log.read_text(), 120, "start", first)
