@@ -99,6 +99,24 @@ def test_strouhal_from_a_synthetic_lift_signal():
     assert stats["strouhal"] == pytest.approx(0.3, rel=1e-3)
     assert stats["cl_amplitude"] == pytest.approx(0.8, rel=1e-2)
     assert stats["cd_mean"] == pytest.approx(3.2, abs=1e-2)
+    assert stats["cd_max_smoothed"] == pytest.approx(3.25, abs=1e-4)
+
+
+def test_smoothed_peaks_take_the_ripple_off_and_keep_the_shedding_peak():
+    """A ripple of 7 steps (+-0.005 on Cd, +-0.01 on Cl) raises the raw maxima by about its
+    amplitude; the peaks averaged over 1 % of the shedding period are the smooth ones within a
+    tenth of the ripple (what a window of 4.7 ripple periods leaves) and the window's own loss."""
+    dt, f = 1e-4, 3.0  # 3,333 steps per shedding period: the window is 33 steps
+    t = np.arange(40000) * dt
+    ripple = np.sin(2 * np.pi * t / (7 * dt))
+    cl = 0.98 * np.sin(2 * np.pi * f * t) + 0.01 * ripple
+    cd = 3.2 + 0.04 * np.sin(4 * np.pi * f * t + 0.3) + 0.005 * ripple
+    stats = coefficient_statistics(cd, cl, dt, diameter=0.1, u_mean=1.0, stats_fraction=0.5)
+    assert stats["cd_max"] > 3.2445 and stats["cl_max"] > 0.985
+    assert stats["cd_max_smoothed"] == pytest.approx(3.24, abs=5e-4)
+    assert stats["cl_max_smoothed"] == pytest.approx(0.98, abs=1e-3)
+    steady = coefficient_statistics(cd * 0 + 3.1, cl * 0, dt, 0.1, 1.0, 0.5)
+    assert steady["cd_max_smoothed"] is None and steady["strouhal"] is None
 
 
 def test_cylinder_geometry():
