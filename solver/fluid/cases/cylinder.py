@@ -126,12 +126,12 @@ def coefficient_statistics(
             out["strouhal"] = diameter / (period * u_mean)
             out["shedding_periods"] = int(len(up) - 1)
             width = max(1, round(RIPPLE_WINDOW * period / dt))
-            out["cd_max_smoothed"] = float(np.max(centred_mean(cd_w, width)))
-            out["cl_max_smoothed"] = float(np.max(centred_mean(cl_w, width)))
+            out["cd_max_smoothed"] = float(np.max(window_means(cd_w, width)))
+            out["cl_max_smoothed"] = float(np.max(window_means(cl_w, width)))
     return out
 
 
-def centred_mean(signal: np.ndarray, width: int) -> np.ndarray:
+def window_means(signal: np.ndarray, width: int) -> np.ndarray:
     """(n - width + 1,) means of ``width`` consecutive samples (the windows inside the signal)."""
     return np.convolve(signal, np.full(width, 1.0 / width), mode="valid")
 
