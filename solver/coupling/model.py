@@ -116,8 +116,7 @@ class CoupledModel(FluidModel):
 
     def _owned_layout(self, coupling_config):
         """The split of the bodies over the fluid's mesh (``coupling.bodies=owned``): exit 2
-        with a one-line error where it does not fit (clumps, a block narrower than a body's
-        reach)."""
+        with a one-line error where it does not fit (a block narrower than a body's reach)."""
         coupling = self.coupled.coupling
         mesh = tuple(self.dist.decomposition.mesh)
         shape = tuple(self.setup.shape)
@@ -128,6 +127,8 @@ class CoupledModel(FluidModel):
         # the stencil reaches r + 1/2 cells from a centre: one cell more for its rounding, and
         # a cell of motion per fluid step (a body is migrated once per fluid step)
         stencil = float(coupling.radius_cells.max()) + 1.0
+        if not coupling.bodies.spheres_only:  # a clump's members reach its bounding radius
+            stencil = float(coupling.bodies.bounding_radius.max()) / coupling.dx + 1.0
         reach = in_fluid.reach_of(coupling.bodies, coupling.dx, stencil, coupling.dx)
         return in_fluid.plan_fluid_layout(
             coupling.bodies, mesh, lower, upper, reach, **_capacity_args(coupling_config)

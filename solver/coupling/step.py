@@ -43,7 +43,8 @@ from kernels import coupling as psm
 from kernels.materialise import materialised
 from kernels.rigid_body import angular_velocity
 from solver.bodies.step import BodySetup, BodyState, body_step
-from solver.distributed.bodies import in_fluid, records
+from solver.distributed.bodies import clump_slots, in_fluid, records
+from solver.distributed.bodies.clump_slots import MemberTable
 from solver.distributed.bodies.forces import local_contacts
 from solver.distributed.bodies.layout import BodyLayout
 from solver.distributed.bodies.step import _origin as cell_list_origin
@@ -250,7 +251,7 @@ class PsmCoupling:
         overflow on any of the ``shards``."""
         start = self.initial(state)
         width, p = self.owned.max_partners, self.bodies.n_planes
-        n = self.bodies.n_bodies
+        n = self.bodies.n_spheres  # contact rows per sphere (a clump's members each have one)
         dtype = state.force.dtype
         body_state = start.state.replace(
             partners=jnp.full((n, width), -1, jnp.int32),
@@ -484,6 +485,9 @@ class PsmCoupling:
         grid, _ = layout.local_grid()
         dt = self.bodies.dt
         dtype = jnp.dtype(setup.dtype)
+        # clumps: every slot stands for its members on the grid and in contacts (clump_slots)
+        table = None if self.bodies.spheres_only else MemberTable.of(self.bodies)
+        width = 1 if table is None else table.width
 
         def before(extra, block: tuple[int, ...]):
             coords = in_fluid.shard_coords(halo, block)
@@ -494,16 +498,27 @@ class PsmCoupling:
             )
             gid = jnp.concatenate([sub.gid, ghost_gid])
             both = _joined(sub.bodies, ghosts)
+            owner = None
+            if table is None:
+                xs, vs, ws = members(both)
+            else:
+                gid, spheres, owner = clump_slots.member_bodies(table, gid, both)
+                xs, vs = spheres.position, spheres.velocity
+                ws = angular_velocity(both)[owner]
             ids = jnp.where(gid >= 0, gid, 0)
             rad = jnp.where(gid >= 0, jnp.asarray(radius_cells, dtype)[ids], -1.0)
-            xs, vs, ws = members(both)
             context = (coords, message, slots, jumped, ghost_gid, ghosts, ghost_needed)
-            return extra, xs, vs, ws, rad, context
+            return extra, xs, vs, ws, rad, (context, (xs, both.position, owner))
 
-        def after(extra, context, force_sum, torque_sum):
+        def after(extra, passed, force_sum, torque_sum):
+            context, (xs, position, owner) = passed
             coords, message, slots, jumped, ghost_gid, ghosts, ghost_needed = context
             sub = extra.sub
             rows = sub.gid.shape[0]
+            if owner is not None:  # the members' forces onto their slots, lattice units
+                force_sum, torque_sum = clump_slots.to_slots(
+                    force_sum, torque_sum, xs, position, owner, 1.0 / self.dx
+                )
             partial = jnp.concatenate([force_sum, torque_sum], axis=1)
             total, back_needed = in_fluid.return_partials(
                 layout, halo, coords, ghost_gid, ghosts.position, partial[rows:], sub.gid,
@@ -522,11 +537,11 @@ class PsmCoupling:
             lift = jnp.where(owned, jnp.asarray(buoyancy, body_dtype)[own_ids], 0.0)
             external = (drive_force + lift, drive_torque)
             body_params = self.bodies.params(body_dtype)
-            lubrication = self._owned_lubrication(body_params, body_dtype, rows)
+            lubrication = self._owned_lubrication(body_params, body_dtype, rows * width)
             origin = cell_list_origin(layout, coords, body_dtype)
 
             def substep(carry, _):
-                sub, needs, table = carry
+                sub, needs, kept = carry
                 found = []
 
                 def forces_fn(bodies) -> tuple[Array, Array]:
@@ -535,16 +550,36 @@ class PsmCoupling:
                     )
                     all_gid = jnp.concatenate([sub.gid, g_gid])
                     all_bodies = _joined(bodies, g_bodies)
+                    if table is None:
+                        result = local_contacts(
+                            self.bodies, grid, origin, all_gid, all_bodies, rows, sub.partners,
+                            sub.history, sub.plane_history, body_params, kept,
+                        )  # fmt: skip
+                        found.append((result, g_needed))
+                        force = result.force + external[0]
+                        torque = result.torque + external[1]
+                        if lubrication is not None:
+                            force = force + lubrication(all_gid, all_bodies, result.partners)
+                        return force, torque
+                    # clumps: contacts and lubrication between the members of other bodies,
+                    # summed onto the owned slots (members of slot b at rows b M + k)
+                    sid, spheres, slot = clump_slots.member_bodies(table, all_gid, all_bodies)
+                    m = rows * width
                     result = local_contacts(
-                        self.bodies, grid, origin, all_gid, all_bodies, rows, sub.partners,
-                        sub.history, sub.plane_history, body_params, table,
+                        self.bodies, grid, origin, sid, spheres, m,
+                        sub.partners.reshape(m, -1), sub.history.reshape(m, -1, 3),
+                        sub.plane_history.reshape(m, -1, 3), body_params, kept,
+                        group=slot, id_count=self.bodies.n_spheres, gravity=False,
                     )  # fmt: skip
                     found.append((result, g_needed))
-                    force = result.force + external[0]
-                    torque = result.torque + external[1]
+                    on_member = result.force
                     if lubrication is not None:
-                        force = force + lubrication(all_gid, all_bodies, result.partners)
-                    return force, torque
+                        on_member = on_member + lubrication(sid, spheres, result.partners, slot)
+                    force, torque = clump_slots.to_slots(
+                        on_member, result.torque, spheres.position[:m], bodies.position, slot[:m]
+                    )
+                    weight = rigid_body.gravity_force(bodies, body_params.gravity)
+                    return force + weight + external[0], torque + external[1]
 
                 bodies, force, torque = rigid_body.step(
                     sub.bodies, sub.force, sub.torque, forces_fn, dt
@@ -554,10 +589,12 @@ class PsmCoupling:
                     bodies=bodies,
                     force=force,
                     torque=torque,
-                    partners=result.partners,
-                    history=result.history,
-                    plane_history=result.plane_history,
-                    contact_count=result.contact_count,
+                    partners=result.partners.reshape(sub.partners.shape),
+                    history=result.history.reshape(sub.history.shape),
+                    plane_history=result.plane_history.reshape(sub.plane_history.shape),
+                    contact_count=result.contact_count.reshape(rows, width).sum(
+                        axis=1, dtype=jnp.int32
+                    ),
                     time=sub.time + 1,
                 )
                 needs = jnp.maximum(
@@ -566,7 +603,7 @@ class PsmCoupling:
                 return (sub, needs, result.kept), None
 
             zero = jnp.zeros((), jnp.int32)
-            (sub, needs, table), _ = lax.scan(
+            (sub, needs, kept), _ = lax.scan(
                 substep, (sub, jnp.zeros((3,), jnp.int32), extra.table), None,
                 length=self.substeps,
             )  # fmt: skip
@@ -581,22 +618,24 @@ class PsmCoupling:
             values = jnp.concatenate([sub.bodies.position, sub.bodies.velocity, force_si], axis=1)
             report = jnp.zeros((tracked + 1, TRACK_FIELDS), body_dtype).at[place].set(values)
             report = halo.sum(report[:tracked])
-            return in_fluid.OwnedBodies(sub, force_si, torque_si, table), report
+            return in_fluid.OwnedBodies(sub, force_si, torque_si, kept), report
 
         return BodyPasses(before, after)
 
     def _owned_lubrication(self, params, dtype, rows: int) -> Callable | None:
-        """extra(gid, bodies, partners) -> (rows, 3) N: the lubrication correction on the
-        owned slots (the first ``rows`` of gid (C + G,)) from their partner rows (rows, K)
-        (global ids, both directions) and the planes; None when switched off."""
+        """extra(gid, bodies, partners, group=None) -> (rows, 3) N: the lubrication correction
+        on the owned slots (the first ``rows`` of gid (C + G,)) from their partner rows (rows,
+        K) (global ids, both directions) and the planes; None when switched off. With clumps
+        the slots are member spheres (sphere ids) and ``group`` their bodies' slots: members
+        of one body have no film between them."""
         if self.lubrication_cutoff <= 0.0:
             return None
         radius_all = jnp.asarray(self.bodies.radius, dtype)
         mu, cutoff, dt = self.viscosity, self.lubrication_cutoff, self.bodies.dt
         planes = self.bodies.n_planes > 0
-        n = self.bodies.n_bodies
+        n = self.bodies.n_spheres  # the ids of the rows: bodies, or clumps' members
 
-        def extra(gid: Array, bodies, partners: Array) -> Array:
+        def extra(gid: Array, bodies, partners: Array, group: Array | None = None) -> Array:
             active = gid >= 0
             radius = radius_all[jnp.where(active, gid, 0)]
             min_gap = jnp.full(radius.shape, self.lubrication_min_gap, dtype)
@@ -611,8 +650,11 @@ class PsmCoupling:
             i = jnp.repeat(jnp.arange(rows, dtype=jnp.int32), width,
                            total_repeat_length=rows * width)  # fmt: skip
             x, v = bodies.position, bodies.velocity
+            valid = j >= 0
+            if group is not None:
+                valid = valid & (group[i] != group[jnp.where(valid, j, 0)])
             force = psm.lubrication_pairs(
-                x, v, radius, i, j, j >= 0, mu, cutoff, min_gap, inverse, dt, one_sided=True
+                x, v, radius, i, j, valid, mu, cutoff, min_gap, inverse, dt, one_sided=True
             )[:rows]
             if planes:
                 force = force + psm.lubrication_planes(

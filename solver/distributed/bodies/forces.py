@@ -93,6 +93,7 @@ def full_neighbors(
     active: Array,
     rows: int,
     skin: float,
+    group: Array | None = None,
 ) -> tuple[Array, Array, Array]:
     """Every partner (both directions) of the first ``rows`` bodies, from a cell list.
 
@@ -103,6 +104,8 @@ def full_neighbors(
     Args:
         positions: (n, 3) centres, m; binned: (n, 3) the same shifted into the grid's frame.
         radii: (n,) m; active: (n,) bool.
+        group: (n,) int32, the slot of each sphere's body (clump members): spheres of one
+            body are not partners; None: every sphere is its own body.
 
     Returns:
         table (rows, max_neighbors) int32 local indices (-1 padding, unordered), the true row
@@ -122,6 +125,8 @@ def full_neighbors(
         c = jnp.clip(coords, 0, shape - 1)
         candidates = cells.members[(c[:, 0] * ny + c[:, 1]) * nz + c[:, 2]]  # (rows, capacity)
         valid = inside[:, None] & (candidates >= 0) & (candidates != index[:, None])
+        if group is not None:  # two members of one clump never touch
+            valid = valid & (group[jnp.maximum(candidates, 0)] != group[:rows, None])
         separation = positions[candidates] - positions[:rows, None, :]
         reach = radii[:rows, None] + radii[candidates] + skin
         valid = valid & (jnp.sum(separation * separation, axis=-1) <= reach * reach)
@@ -171,8 +176,18 @@ def local_contacts(
     plane_history: Array,
     params: ContactParams,
     kept: KeptTable | None = None,
+    *,
+    group: Array | None = None,
+    id_count: int | None = None,
+    gravity: bool = True,
 ) -> LocalContacts:
     """Forces on the owned bodies (the first ``rows`` slots) from owned bodies and ghosts.
+
+    With clumps the slots are the member spheres of the owned and ghost bodies
+    (``clump_slots.member_bodies``): ``gid`` their sphere ids, ``group`` their bodies' slots
+    (members of one body are never partners), ``id_count`` the scene's spheres, and
+    ``gravity`` False (the caller adds each body's weight once); the rows' forces and torques
+    (about each sphere's centre) are then the members', which the caller sums per body.
 
     Args:
         grid: the subdomain's cell list (``BodyLayout.local_grid``), whose corner is ``origin``.
@@ -202,9 +217,10 @@ def local_contacts(
         """(table, its listed entries and their count, partners, carried springs, (the longest
         row, the fullest cell)) from a fresh cell list."""
         table, row_length, cell_count = full_neighbors(
-            grid, x, x - origin, radius, active, rows, setup.skin
+            grid, x, x - origin, radius, active, rows, setup.skin, group
         )
-        table = _summation_order(table, gid, rows, setup.n_bodies)
+        ids_total = setup.n_bodies if id_count is None else id_count
+        table = _summation_order(table, gid, rows, ids_total)
         new_partners = jnp.where(table >= 0, gid[jnp.where(table >= 0, table, 0)], -1)
         old_history = carry_history(partners, history, new_partners)
         slots, listed_count = compacted(table >= 0)
@@ -342,8 +358,9 @@ def local_contacts(
         count = count + jnp.sum(plane_geometry.active.reshape(rows, p), axis=1, dtype=jnp.int32)
         new_plane_history = flat_history.reshape(rows, p, 3)
 
-    owned = bodies.replace(**{k: getattr(bodies, k)[:rows] for k in BODY_FIELDS})
-    force = force + rigid_body.gravity_force(owned, params.gravity)
+    if gravity:
+        owned = bodies.replace(**{k: getattr(bodies, k)[:rows] for k in BODY_FIELDS})
+        force = force + rigid_body.gravity_force(owned, params.gravity)
     return LocalContacts(
         force=force,
         torque=torque,

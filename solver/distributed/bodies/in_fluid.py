@@ -42,7 +42,8 @@ from jax.sharding import PartitionSpec as P
 
 from kernels.rigid_body import Bodies
 from solver.bodies.step import BodySetup
-from solver.distributed.bodies import records
+from solver.distributed.bodies import clump_slots, records
+from solver.distributed.bodies.clump_slots import MemberTable
 from solver.distributed.bodies.exchange import _vacate as vacate_slots
 from solver.distributed.bodies.exchange import owner_index
 from solver.distributed.bodies.forces import KeptTable, unbuilt_table
@@ -103,7 +104,8 @@ def plan_fluid_layout(
     """The split of a coupled scene over the fluid's mesh (host side, before tracing).
 
     Args:
-        setup: the bodies of the whole scene (spheres only).
+        setup: the bodies of the whole scene (spheres and clumps: a clump is owned by the
+            shard that holds its centre of mass, its members follow from its pose).
         mesh: the fluid's shards per axis (3).
         lower, upper: (3,) m, the grid's box (node i at lower + (i + 1/2) dx).
         reach: m, how far beyond its block a shard must see bodies: the grid stencil's reach
@@ -113,12 +115,8 @@ def plan_fluid_layout(
             migration), the cell list's capacity and twice its max_neighbors.
 
     Raises:
-        ConfigError: clumps, a mesh that is not 3D, or a block narrower than ``reach``.
+        ConfigError: a mesh that is not 3D, or a block narrower than ``reach``.
     """
-    if not setup.spheres_only:
-        raise ConfigError(
-            "coupling.bodies", "owned", "replicated for clumps (owned bodies are spheres only)"
-        )
     mesh = tuple(int(m) for m in mesh)
     if len(mesh) != 3:
         raise ConfigError("coupling.bodies", "owned", "replicated on a 2D mesh")
@@ -361,11 +359,16 @@ def _insert(owned: OwnedBodies, rows: Array) -> tuple[OwnedBodies, Array]:
 # ---------------------------------------------------------------- the chunk's two ends
 
 
-def to_owned(layout: BodyLayout, coords: Array, replicated) -> OwnedBodies:
+def to_owned(
+    layout: BodyLayout, coords: Array, replicated, members: MemberTable | None = None
+) -> OwnedBodies:
     """This shard's slots from the bodies held whole (``solver.coupling.step.CoupledBodies``
-    with full partner rows and ``overflow`` (shards, 6)): the owned bodies in id order."""
+    with full partner rows and ``overflow`` (shards, 6)): the owned bodies in id order.
+    ``members``: the scene's clumps, whose contact tables are per member sphere (a slot's
+    rows hold its members' rows one after another); None: spheres."""
     state = replicated.state
     capacity = layout.capacity
+    width = 1 if members is None else members.width  # the contact rows of one slot
     owner = owner_coords(layout, state.bodies.position)
     mine = jnp.all(owner == coords[None, :], axis=1)
     index, used, count = records.select(mine, capacity)
@@ -375,6 +378,11 @@ def to_owned(layout: BodyLayout, coords: Array, replicated) -> OwnedBodies:
         mask = used.reshape((-1,) + (1,) * (leaf.ndim - 1))
         return jnp.where(mask, leaf[index], blank)
 
+    def per_sphere(leaf, blank):
+        if members is None:
+            return pick(leaf, blank)
+        return clump_slots.pick_rows(members, leaf, index, used, blank)
+
     bodies = jax.tree.map(pick, state.bodies, empty)
     overflow = replicated.overflow[shard_rank(layout, coords)]
     sub = SubdomainState(
@@ -382,9 +390,9 @@ def to_owned(layout: BodyLayout, coords: Array, replicated) -> OwnedBodies:
         bodies=bodies,
         force=pick(state.force, 0.0),
         torque=pick(state.torque, 0.0),
-        partners=pick(state.partners, -1),
-        history=pick(state.history, 0.0),
-        plane_history=pick(state.plane_history, 0.0),
+        partners=per_sphere(state.partners, -1),
+        history=per_sphere(state.history, 0.0),
+        plane_history=per_sphere(state.plane_history, 0.0),
         contact_count=pick(state.contact_count, 0),
         time=jnp.reshape(state.time, (1,)).astype(jnp.int32),
         overflow=overflow.at[0].max(count),
@@ -394,17 +402,25 @@ def to_owned(layout: BodyLayout, coords: Array, replicated) -> OwnedBodies:
         hydro_force=pick(replicated.hydro_force, 0.0),
         hydro_torque=pick(replicated.hydro_torque, 0.0),
         table=unbuilt_table(
-            capacity + layout.ghost_capacity,
-            capacity,
+            (capacity + layout.ghost_capacity) * width,
+            capacity * width,
             layout.max_partners,
             state.bodies.position.dtype,
         ),
     )
 
 
-def to_replicated(layout: BodyLayout, halo, coords: Array, owned: OwnedBodies, template):
+def to_replicated(
+    layout: BodyLayout,
+    halo,
+    coords: Array,
+    owned: OwnedBodies,
+    template,
+    members: MemberTable | None = None,
+):
     """The bodies whole on every shard (``template``: the chunk's input, for the layout), each
-    row from its owner (a sum over the shards in which every other shard adds zeros)."""
+    row from its owner (a sum over the shards in which every other shard adds zeros); with
+    ``members`` (clumps) the contact tables per member sphere (``to_owned``)."""
     n = layout.n_bodies
     sub = owned.sub
     slot_gid = jnp.where(sub.gid >= 0, sub.gid, n)
@@ -413,6 +429,12 @@ def to_replicated(layout: BodyLayout, halo, coords: Array, owned: OwnedBodies, t
         values = values.astype(jnp.int32) if values.dtype == bool else values
         table = jnp.zeros((n + 1,) + values.shape[1:], values.dtype).at[slot_gid].set(values)
         return halo.sum(table[:n]).astype(like.dtype)
+
+    def per_sphere(values, like):
+        if members is None:
+            return place(values, like)
+        table = clump_slots.place_rows(members, values, sub.gid, like)
+        return halo.sum(table).astype(like.dtype)
 
     state = template.state
     bodies = jax.tree.map(place, sub.bodies, state.bodies)
@@ -426,9 +448,9 @@ def to_replicated(layout: BodyLayout, halo, coords: Array, owned: OwnedBodies, t
             bodies=bodies,
             force=place(sub.force, state.force),
             torque=place(sub.torque, state.torque),
-            partners=place(sub.partners, state.partners),
-            history=place(sub.history, state.history),
-            plane_history=place(sub.plane_history, state.plane_history),
+            partners=per_sphere(sub.partners, state.partners),
+            history=per_sphere(sub.history, state.history),
+            plane_history=per_sphere(sub.plane_history, state.plane_history),
             contact_count=place(sub.contact_count, state.contact_count),
             time=jnp.reshape(sub.time, state.time.shape).astype(state.time.dtype),
             rebuilds=rebuilds,
@@ -454,6 +476,7 @@ def owned_chunk(dist, setup, coupling, layout: BodyLayout) -> Callable:
             setup, shards=decomposition.shards, coupled=True, mesh=tuple(decomposition.mesh)
         )
     block = decomposition.local_shape
+    members = None if coupling.bodies.spheres_only else MemberTable.of(coupling.bodies)
 
     def wrap(halo) -> Callable:
         # the XLA step's or the native kernel's, the bodies' passes owned (``coupling.owned``)
@@ -461,9 +484,10 @@ def owned_chunk(dist, setup, coupling, layout: BodyLayout) -> Callable:
 
         def local(state, geometry, n, extra):
             coords = shard_coords(halo, block)
-            owned = to_owned(layout, coords, extra)
+            owned = to_owned(layout, coords, extra, members)
             state, forces, owned, reports = inner(state, geometry, n, owned)
-            return state, forces, to_replicated(layout, halo, coords, owned, extra), reports
+            whole = to_replicated(layout, halo, coords, owned, extra, members)
+            return state, forces, whole, reports
 
         return local
 
@@ -519,7 +543,8 @@ def buffer_use(layout: BodyLayout, table: np.ndarray) -> dict[str, dict[str, int
 
 def reach_of(setup: BodySetup, dx: float, stencil_reach_cells: float, motion: float) -> float:
     """m: how far beyond a block its shard must see bodies (``plan_fluid_layout``)."""
-    contact = 2.0 * float(np.max(setup.radius)) + float(setup.skin)
+    # a clump's members lie within its bounding radius of its centre (a sphere's: its radius)
+    contact = 2.0 * float(np.max(setup.bounding_radius)) + float(setup.skin)
     return max(contact, stencil_reach_cells * dx) + motion
 
 

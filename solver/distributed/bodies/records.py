@@ -130,9 +130,10 @@ def unpack_migrants(rows: Array, state: SubdomainState) -> SubdomainState:
     """Rows (M, W') as a SubdomainState of M slots (time and overflow taken from ``state``)."""
     width = 1 + sum(math.prod(shape) for shape in _body_shapes(state.bodies))
     gid, bodies = unpack_ghosts(rows[:, :width], state.bodies)
-    k, p = state.partners.shape[1], state.plane_history.shape[1]
+    # per body, or per clump member (``clump_slots``): the tables' shapes past the slot axis
+    tables = [state.partners.shape[1:], state.history.shape[1:], state.plane_history.shape[1:]]
     force, torque, count, partners, history, plane = _split(
-        rows[:, width:], [(3,), (3,), (), (k,), (k, 3), (p, 3)]
+        rows[:, width:], [(3,), (3,), (), *tables]
     )
     return state.replace(
         gid=gid,

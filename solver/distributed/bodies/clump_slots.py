@@ -1,0 +1,128 @@
+"""Clumps in a shard's body slots: each slot's member spheres, and their forces back per body.
+
+A shard holds bodies in slots (``records.SubdomainState``); a clump's slot carries its pose,
+and its members follow from the pose and the scene's member table, which is static and known
+to every shard (``MemberTable``: the sphere ids of each body, padded to the largest clump, and
+each sphere's offset in its body's principal frame). So only poses travel between shards, as
+for spheres, and contacts, cover and lubrication run over member spheres:
+
+- ``member_bodies``: the members of every slot as slots of their own (sphere ids, centres and
+  velocities; mass, inertia and spin their body's), member k of slot b at row b M + k;
+- ``to_slots``: forces and torques per member summed onto their slots (torques about the
+  body's centre of mass: the member's own plus (x_k - X_b) x F_k), as the single-device
+  coupling sums a clump (``PsmCoupling._to_bodies``);
+- ``pick_rows`` / ``place_rows``: the per-sphere tables of the whole scene (contact partners,
+  springs) to per-slot rows of M members and back.
+
+A plain sphere is a body of one member: width 1, its own id, offset zero.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import jax.numpy as jnp
+import numpy as np
+from jax import Array
+
+from kernels import clump, rigid_body
+from kernels.rigid_body import Bodies
+from solver.bodies.step import BodySetup
+from solver.distributed.bodies.records import BODY_FIELDS
+
+
+@dataclass(frozen=True, eq=False)
+class MemberTable:
+    """The scene's clumps (static, host side).
+
+    Attributes:
+        members: (n, M) int32 sphere ids of each body in ascending order, -1 padding.
+        offset: (s, 3) m, each sphere's centre in its body's principal frame.
+        n_spheres: s.
+    """
+
+    members: np.ndarray
+    offset: np.ndarray
+    n_spheres: int
+
+    @property
+    def width(self) -> int:
+        """M, the most members of one body."""
+        return int(self.members.shape[1])
+
+    @classmethod
+    def of(cls, setup: BodySetup) -> MemberTable:
+        owner = np.asarray(setup.member_body)
+        n, s = setup.n_bodies, setup.n_spheres
+        counts = np.bincount(owner, minlength=n)
+        members = np.full((n, int(counts.max())), -1, np.int32)
+        order = np.argsort(owner, kind="stable")  # each body's spheres in ascending id
+        rank = np.arange(s) - np.repeat(np.cumsum(counts) - counts, counts)
+        members[owner[order], rank] = order
+        return cls(members, np.asarray(setup.member_offset, np.float64), s)
+
+
+def member_ids(table: MemberTable, gid: Array) -> Array:
+    """(S M,) int32 sphere ids of the members of slots with body ids ``gid`` (S,), -1 for a
+    free slot and for padding."""
+    members = jnp.asarray(table.members)
+    ids = members[jnp.where(gid >= 0, gid, 0)]
+    return jnp.where((gid >= 0)[:, None], ids, -1).reshape(-1)
+
+
+def member_bodies(table: MemberTable, gid: Array, bodies: Bodies) -> tuple[Array, Bodies, Array]:
+    """The members of the slots (gid (S,), bodies S slots) as S M sphere slots.
+
+    Returns:
+        sphere ids (S M,) int32 (-1: no sphere), their Bodies (centre and velocity the
+        member's, every other field its body's, so that a contact sees the body's mass and
+        spin) and the slot of each member (S M,) int32.
+    """
+    width = table.width
+    slots = gid.shape[0]
+    sid = member_ids(table, gid)
+    owner = jnp.repeat(jnp.arange(slots, dtype=jnp.int32), width, total_repeat_length=slots * width)
+    dtype = bodies.position.dtype
+    offset = jnp.asarray(table.offset, dtype)[jnp.where(sid >= 0, sid, 0)]
+    offset = jnp.where((sid >= 0)[:, None], offset, 0.0)
+    omega = rigid_body.angular_velocity(bodies)
+    x, v = clump.sphere_kinematics(
+        bodies.position, bodies.velocity, bodies.orientation, omega, owner, offset
+    )
+    gathered = {name: getattr(bodies, name)[owner] for name in BODY_FIELDS}
+    gathered.update(position=x, velocity=v)
+    return sid, Bodies(**gathered), owner
+
+
+def to_slots(
+    force: Array, torque: Array, xs: Array, position: Array, owner: Array, arm_scale: float = 1.0
+) -> tuple[Array, Array]:
+    """(S, 3) force and torque per slot from (S M, 3) per member (torque about the member's
+    centre xs), the arm (x_k - X_b) arm_scale in the units of torque / force."""
+    slots = position.shape[0]
+    arm = ((xs - position[owner]) * arm_scale).astype(force.dtype)
+    zero = jnp.zeros((slots, 3), force.dtype)
+    return zero.at[owner].add(force), zero.at[owner].add(torque + jnp.cross(arm, force))
+
+
+def pick_rows(table: MemberTable, leaf: Array, index: Array, used: Array, blank) -> Array:
+    """Per-slot rows (C, M w, ...) from a per-sphere table ``leaf`` (s, w, ...) for the bodies
+    ``index`` (C,) where ``used``; ``blank`` elsewhere."""
+    members = jnp.asarray(table.members)[index]  # (C, M)
+    present = used[:, None] & (members >= 0)
+    rows = leaf[jnp.where(present, members, 0)]  # (C, M, w, ...)
+    rows = jnp.where(present.reshape(present.shape + (1,) * (leaf.ndim - 1)), rows, blank)
+    return rows.reshape((index.shape[0], -1) + leaf.shape[2:])
+
+
+def place_rows(table: MemberTable, values: Array, gid: Array, like: Array) -> Array:
+    """A per-sphere table (s, w, ...) shaped as ``like`` from per-slot rows (C, M w, ...) of
+    the bodies ``gid`` (C,), zeros where no slot holds the sphere (summed over shards)."""
+    s = table.n_spheres
+    sid = member_ids(table, gid)
+    rows = values.reshape((sid.shape[0],) + like.shape[1:])
+    target = jnp.zeros((s + 1,) + like.shape[1:], values.dtype)
+    return target.at[jnp.where(sid >= 0, sid, s)].set(rows)[:s]
+
+
+__all__ = ["MemberTable", "member_bodies", "member_ids", "pick_rows", "place_rows", "to_slots"]
