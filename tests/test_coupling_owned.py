@@ -110,6 +110,18 @@ def run(out: Path, args: list[str], devices: int = 1) -> Path:
     return out
 
 
+def run_mpi(out: Path, args: list[str]) -> Path:
+    """``run`` on two MPI processes (each holding its blocks of ``domain.mesh``)."""
+    result = mpirun(
+        2,
+        ["-m", "solver", *DUCT, "checkpoint=none", *args, f"hydra.run.dir={out}"],
+        extra_env={"XLA_FLAGS": FAST_COMPILE},
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert json.loads((out / "run.json").read_text())["domain"]["processes"] == 2
+    return out
+
+
 @pytest.fixture(scope="module")
 def single(tmp_path_factory) -> Path:
     """The replicated run on one device: the reference."""
@@ -157,13 +169,7 @@ def test_owned_on_eight_fake_devices_matches_one(single, tmp_path):
 # owned passes split three ways on fake devices (above)
 @pytest.mark.long
 def test_owned_on_two_mpi_processes_matches_one(single, tmp_path):
-    out = tmp_path / "run"
-    args = [*DUCT, "checkpoint=none", "domain.mesh=[1,1,2]", "domain.halo=mpi", OWNED]
-    result = mpirun(
-        2, ["-m", "solver", *args, f"hydra.run.dir={out}"], extra_env={"XLA_FLAGS": FAST_COMPILE}
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert json.loads((out / "run.json").read_text())["domain"]["processes"] == 2
+    out = run_mpi(tmp_path / "run", ["domain.mesh=[1,1,2]", "domain.halo=mpi", OWNED])
     assert_close(out, single, SPLIT_RELATIVE)
 
 
@@ -178,15 +184,7 @@ def test_owned_on_the_native_kernel_on_slabs_and_mpi_processes_matches_one(singl
     assert json.loads((out / "run.json").read_text())["config"]["fluid"]["kernel"] == "native"
     assert SPHERES[0][0] < 0.005 < last(out, "bodies.h5", "position")[0, 0], "no migration"
     assert_close(out, single, SPLIT_RELATIVE)
-    processes = tmp_path / "mpi"
-    args = [*DUCT, "checkpoint=none", *slabs, "domain.halo=mpi"]
-    result = mpirun(
-        2,
-        ["-m", "solver", *args, f"hydra.run.dir={processes}"],
-        extra_env={"XLA_FLAGS": FAST_COMPILE},
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert json.loads((processes / "run.json").read_text())["domain"]["processes"] == 2
+    processes = run_mpi(tmp_path / "mpi", [*slabs, "domain.halo=mpi"])
     assert_close(processes, single, SPLIT_RELATIVE)
 
 
@@ -241,16 +239,10 @@ def test_owned_clumps_on_eight_fake_devices_and_two_mpi_processes_match_one(
     # the first clump starts 5 um before the x face
     assert last(out, "bodies.h5", "position")[0, 0] > 0.005, "the clump did not cross"
     assert_close(out, clumps_single, SPLIT_RELATIVE)
-    processes = tmp_path / "mpi"
-    args = [*DUCT, "checkpoint=none", CLUMPS, "fluid.kernel=native", "domain.mesh=[2,1,1]",
-            "domain.halo=mpi", OWNED]  # fmt: skip
-    result = mpirun(
-        2,
-        ["-m", "solver", *args, f"hydra.run.dir={processes}"],
-        extra_env={"XLA_FLAGS": FAST_COMPILE},
+    processes = run_mpi(
+        tmp_path / "mpi",
+        [CLUMPS, "fluid.kernel=native", "domain.mesh=[2,1,1]", "domain.halo=mpi", OWNED],
     )
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert json.loads((processes / "run.json").read_text())["domain"]["processes"] == 2
     assert_close(processes, clumps_single, SPLIT_RELATIVE)
 
 
