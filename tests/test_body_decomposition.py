@@ -34,7 +34,6 @@ from body_decomposition_worker import BOX, reference, scene
 from mpi import mpirun
 from solver_cli import FAST_COMPILE
 
-from solver.bodies import step as bs
 from solver.distributed.bodies import BodyOverflowError, plan_layout
 from solver.distributed.bodies.run import host_subdomains
 from solver.errors import ConfigError
@@ -156,7 +155,8 @@ def test_initial_owner_overflow_is_reported_before_running():
 def test_blocks_narrower_than_the_interaction_range_are_refused():
     setup, _ = scene()
     reach = 2 * setup.radius.max() + setup.skin
-    with pytest.raises(ConfigError, match=r"bodies.mesh = \[16, 1, 1\].*2 max\(radius\) \+ skin"):
+    pattern = r"bodies.mesh = \[16, 1, 1\].*2 max\(bounding radius\) \+ skin"
+    with pytest.raises(ConfigError, match=pattern):
         plan_layout(setup, (16, 1, 1))  # 0.0125 m blocks < reach
     assert reach <= 0.2 / 8  # while [8, 1, 1] fits
     with pytest.raises(ConfigError, match="at most 4 subdomains"):
@@ -173,28 +173,6 @@ def test_owners_cover_the_box_and_clamp_outside():
     host = host_subdomains(setup, layout, bodies)
     gid = host["gid"]
     assert sorted(gid[gid >= 0].tolist()) == list(range(setup.n_bodies))
-
-
-def test_clumps_are_refused():
-    setup, _ = scene(per_axis=2)
-    if "member_body" not in bs.BodySetup.__dataclass_fields__:
-        pytest.skip("this BodySetup has no clumps")
-    n = setup.n_bodies
-    clumped = bs.BodySetup(
-        radius=setup.radius,
-        young=setup.young,
-        poisson=setup.poisson,
-        restitution=setup.restitution,
-        friction=setup.friction,
-        rolling_friction=setup.rolling_friction,
-        grid=setup.grid,
-        dt=setup.dt,
-        skin=setup.skin,
-        member_body=np.arange(n) // 2,  # pairs of spheres
-        member_offset=np.tile([[0.005, 0.0, 0.0], [-0.005, 0.0, 0.0]], (n // 2, 1)),
-    )
-    with pytest.raises(NotImplementedError, match="clumps"):
-        plan_layout(clumped, (2, 1, 1))
 
 
 def test_kept_pair_table_gives_the_rebuilt_forces_and_is_rebuilt_when_it_must():

@@ -92,9 +92,6 @@ class SpatialStepper:
     ) -> None:
         from solver.distributed import bodies as bd
 
-        if not setup.spheres_only:
-            raise ConfigError("bodies.mesh", list(mesh), "null for a scene with clumps (not yet "
-                              "decomposed)")  # fmt: skip
         try:
             self.layout = bd.plan_layout(setup, mesh, devices=jax.device_count(), **capacities)
         except NotImplementedError as err:

@@ -563,23 +563,13 @@ class PsmCoupling:
                         return force, torque
                     # clumps: contacts and lubrication between the members of other bodies,
                     # summed onto the owned slots (members of slot b at rows b M + k)
-                    sid, spheres, slot = clump_slots.member_bodies(table, all_gid, all_bodies)
-                    m = rows * width
-                    result = local_contacts(
-                        self.bodies, grid, origin, sid, spheres, m,
-                        sub.partners.reshape(m, -1), sub.history.reshape(m, -1, 3),
-                        sub.plane_history.reshape(m, -1, 3), body_params, kept,
-                        group=slot, id_count=self.bodies.n_spheres, gravity=False,
+                    result = clump_slots.slot_contacts(
+                        self.bodies, table, grid, origin, all_gid, all_bodies, rows,
+                        sub.partners, sub.history, sub.plane_history, body_params, kept,
+                        lubrication,
                     )  # fmt: skip
                     found.append((result, g_needed))
-                    on_member = result.force
-                    if lubrication is not None:
-                        on_member = on_member + lubrication(sid, spheres, result.partners, slot)
-                    force, torque = clump_slots.to_slots(
-                        on_member, result.torque, spheres.position[:m], bodies.position, slot[:m]
-                    )
-                    weight = rigid_body.gravity_force(bodies, body_params.gravity)
-                    return force + weight + external[0], torque + external[1]
+                    return result.force + external[0], result.torque + external[1]
 
                 bodies, force, torque = rigid_body.step(
                     sub.bodies, sub.force, sub.torque, forces_fn, dt
@@ -589,12 +579,10 @@ class PsmCoupling:
                     bodies=bodies,
                     force=force,
                     torque=torque,
-                    partners=result.partners.reshape(sub.partners.shape),
-                    history=result.history.reshape(sub.history.shape),
-                    plane_history=result.plane_history.reshape(sub.plane_history.shape),
-                    contact_count=result.contact_count.reshape(rows, width).sum(
-                        axis=1, dtype=jnp.int32
-                    ),
+                    partners=result.partners,
+                    history=result.history,
+                    plane_history=result.plane_history,
+                    contact_count=result.contact_count,
                     time=sub.time + 1,
                 )
                 needs = jnp.maximum(

@@ -8,6 +8,8 @@ for spheres, and contacts, cover and lubrication run over member spheres:
 
 - ``member_bodies``: the members of every slot as slots of their own (sphere ids, centres and
   velocities; mass, inertia and spin their body's), member k of slot b at row b M + k;
+- ``slot_contacts``: ``forces.local_contacts`` over the members of the owned and ghost slots,
+  summed onto the owned slots (the contact tables one row per member, M rows per slot);
 - ``to_slots``: forces and torques per member summed onto their slots (torques about the
   body's centre of mass: the member's own plus (x_k - X_b) x F_k), as the single-device
   coupling sums a clump (``PsmCoupling._to_bodies``);
@@ -19,15 +21,19 @@ A plain sphere is a body of one member: width 1, its own id, offset zero.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import Array
 
 from kernels import clump, rigid_body
+from kernels.neighbor_search import CellGrid
 from kernels.rigid_body import Bodies
-from solver.bodies.step import BodySetup
+from solver.bodies.step import BodySetup, ContactParams
+from solver.distributed.bodies.forces import KeptTable, LocalContacts, local_contacts
 from solver.distributed.bodies.records import BODY_FIELDS
 
 
@@ -105,6 +111,54 @@ def to_slots(
     return zero.at[owner].add(force), zero.at[owner].add(torque + jnp.cross(arm, force))
 
 
+def slot_contacts(
+    setup: BodySetup,
+    table: MemberTable,
+    grid: CellGrid,
+    origin: Array,
+    gid: Array,
+    bodies: Bodies,
+    rows: int,
+    partners: Array,
+    history: Array,
+    plane_history: Array,
+    params: ContactParams,
+    kept: KeptTable | None = None,
+    member_force: Callable | None = None,
+) -> LocalContacts:
+    """``forces.local_contacts`` for slots that hold clumps: the first ``rows`` slots of gid
+    (owned, then ghosts) with their tables (rows, M K), (rows, M K, 3), (rows, M p, 3).
+
+    ``member_force(sphere ids, member Bodies, partner rows, slot of each member)`` adds a force
+    on each owned member (the lubrication of a coupled run), (rows M, 3) N. Returns the
+    forces (with each body's weight, once), torques about the centres of mass, tables and
+    contact counts per owned slot; the kept pair table is over the members.
+    """
+    width = table.width
+    sid, spheres, slot = member_bodies(table, gid, bodies)
+    m = rows * width
+    result = local_contacts(
+        setup, grid, origin, sid, spheres, m, partners.reshape(m, -1),
+        history.reshape(m, -1, 3), plane_history.reshape(m, -1, 3), params, kept,
+        group=slot, id_count=table.n_spheres, gravity=False,
+    )  # fmt: skip
+    on_member = result.force
+    if member_force is not None:
+        on_member = on_member + member_force(sid, spheres, result.partners, slot)
+    owned = jax.tree.map(lambda leaf: leaf[:rows], bodies)
+    force, torque = to_slots(
+        on_member, result.torque, spheres.position[:m], owned.position, slot[:m]
+    )
+    return result._replace(
+        force=force + rigid_body.gravity_force(owned, params.gravity),
+        torque=torque,
+        partners=result.partners.reshape(rows, -1),
+        history=result.history.reshape(rows, -1, 3),
+        plane_history=result.plane_history.reshape(rows, -1, 3),
+        contact_count=result.contact_count.reshape(rows, width).sum(axis=1, dtype=jnp.int32),
+    )
+
+
 def pick_rows(table: MemberTable, leaf: Array, index: Array, used: Array, blank) -> Array:
     """Per-slot rows (C, M w, ...) from a per-sphere table ``leaf`` (s, w, ...) for the bodies
     ``index`` (C,) where ``used``; ``blank`` elsewhere."""
@@ -125,4 +179,12 @@ def place_rows(table: MemberTable, values: Array, gid: Array, like: Array) -> Ar
     return target.at[jnp.where(sid >= 0, sid, s)].set(rows)[:s]
 
 
-__all__ = ["MemberTable", "member_bodies", "member_ids", "pick_rows", "place_rows", "to_slots"]
+__all__ = [
+    "MemberTable",
+    "member_bodies",
+    "member_ids",
+    "pick_rows",
+    "place_rows",
+    "slot_contacts",
+    "to_slots",
+]

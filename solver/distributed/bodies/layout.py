@@ -8,10 +8,11 @@ clamped, as the cell list clamps cells). Subdomain ranks are row-major over the 
 axis of a global sharded array with ``PartitionSpec(("x", "y", "z"))``.
 
 Each subdomain keeps its bodies in fixed-capacity arrays and sees copies (ghosts) of the bodies
-within the interaction range ``reach = 2 max(radius) + skin`` of its faces. Its cell list covers
-its block plus a layer of ``reach`` on each split axis; a block must be at least ``reach`` wide,
-so every ghost comes from a neighbouring block (faces, and edges and corners by the sequential
-axis exchange).
+within the interaction range ``reach = 2 max(bounding radius) + skin`` of its faces (a clump's
+members lie within its bounding radius of its centre; a sphere's is its radius). Its cell list
+covers its block plus a layer of ``reach`` on each split axis; a block must be at least ``reach``
+wide, so every ghost comes from a neighbouring block (faces, and edges and corners by the
+sequential axis exchange).
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ class BodyLayout:
     Attributes:
         mesh: subdomains per axis (mx, my, mz).
         lower, upper: (3,) the box that is split, m.
-        reach: 2 max(radius) + skin, m: the largest centre distance of a candidate pair.
+        reach: 2 max(bounding radius) + skin, m: the largest centre distance of a candidate pair.
         capacity: bodies a subdomain owns at most.
         ghost_capacity: ghost copies a subdomain receives at most (all axes together); also the
             size of one ghost message.
@@ -149,7 +150,8 @@ def plan_layout(
     """Check a mesh against a scene and fix the buffer sizes (host side, before tracing).
 
     Args:
-        setup: the single-device setup of the whole scene (spheres and planes).
+        setup: the single-device setup of the whole scene (spheres, clumps and planes; a
+            clump is owned by the subdomain of its centre of mass).
         mesh: subdomains per axis, 3 integers >= 1.
         devices: devices available; None: not checked.
         box: (lower, upper) of the split region, m; None: the box ``setup.grid`` covers.
@@ -160,9 +162,7 @@ def plan_layout(
     Raises:
         ConfigError: a mesh of the wrong length, more subdomains than devices, or a block
             narrower than the interaction range (naming both numbers).
-        NotImplementedError: a setup with clumps.
     """
-    _reject_clumps(setup)
     mesh = tuple(int(m) for m in mesh)
     if len(mesh) != 3 or min(mesh) < 1:
         raise ConfigError(key, list(mesh), "3 integers >= 1 (subdomains along x, y, z)")
@@ -180,14 +180,16 @@ def plan_layout(
         or any(u <= lo for lo, u in zip(lower, upper, strict=True))
     ):
         raise ConfigError("box", (lower, upper), "3D corners with upper > lower")
-    reach = 2.0 * float(setup.radius.max()) + float(setup.skin)
+    # a clump's members lie within its bounding radius of its centre (a sphere's: its radius)
+    reach = 2.0 * float(setup.bounding_radius.max()) + float(setup.skin)
     for a, m in enumerate(mesh):
         width = (upper[a] - lower[a]) / m
         if m > 1 and width < reach:
             raise ConfigError(
                 key,
                 list(mesh),
-                f"blocks at least as wide as the interaction range 2 max(radius) + skin = "
+                f"blocks at least as wide as the interaction range 2 max(bounding radius) + "
+                f"skin = "
                 f"{reach:g} m",
                 hint=f"{m} blocks along {AXIS_NAMES[a]} are {width:g} m wide; use fewer",
             )
@@ -256,13 +258,3 @@ def overflow_lines(
             coords = layout.decomposition.coords(rank)
             lines.append(f"{unit} {rank} {coords}: " + "; ".join(parts))
     return "\n".join(lines) or None
-
-
-def _reject_clumps(setup: BodySetup) -> None:
-    """Clumps (rigid sets of spheres) are not decomposed yet: say so before anything runs."""
-    if not getattr(setup, "spheres_only", True):
-        raise NotImplementedError(
-            f"spatial decomposition handles plain spheres and planes only; this setup has "
-            f"{setup.n_bodies} bodies made of {setup.n_spheres} spheres (clumps): run it on one "
-            f"device (bodies.mesh = [1, 1, 1])"
-        )

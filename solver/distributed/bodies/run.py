@@ -23,6 +23,7 @@ from jax.sharding import PartitionSpec as P
 from kernels.rigid_body import Bodies
 from solver.bodies.step import BodySetup, ContactParams
 from solver.distributed.bodies import records
+from solver.distributed.bodies.clump_slots import MemberTable
 from solver.distributed.bodies.layout import BodyLayout, overflow_lines, plan_layout
 from solver.distributed.bodies.records import SubdomainState
 from solver.distributed.bodies.step import SpatialDiagnostics, make_local_chunk, make_local_initial
@@ -118,7 +119,9 @@ def host_subdomains(setup: BodySetup, layout: BodyLayout, bodies: Bodies) -> dic
         gid[slots] = mine
         for name in records.BODY_FIELDS:
             out[name][slots] = fields[name][mine]
-    k, p = layout.max_partners, layout.n_planes
+    # contact rows per member sphere: a slot holds its clump's M members' rows one after another
+    width = 1 if setup.spheres_only else MemberTable.of(setup).width
+    k, p = width * layout.max_partners, width * layout.n_planes
     return dict(
         gid=gid,
         bodies=Bodies(**out),
@@ -253,7 +256,7 @@ def simulate_spatial(
     layout: BodyLayout | None = None,
     **capacities,
 ) -> SpatialResult:
-    """Run a sphere-and-plane scene for ``steps`` steps split over a device mesh.
+    """Run a scene of spheres, clumps and planes for ``steps`` steps split over a device mesh.
 
     Args:
         setup: the single-device setup of the whole scene (``solver.bodies.step.BodySetup``).

@@ -24,7 +24,8 @@ from jax import Array, lax
 from kernels import rigid_body
 from kernels.rigid_body import Bodies
 from solver.bodies.step import BodySetup, ContactParams
-from solver.distributed.bodies import exchange
+from solver.distributed.bodies import clump_slots, exchange
+from solver.distributed.bodies.clump_slots import MemberTable
 from solver.distributed.bodies.forces import KeptTable, local_contacts, unbuilt_table
 from solver.distributed.bodies.layout import BodyLayout
 from solver.distributed.bodies.records import SubdomainState
@@ -79,19 +80,15 @@ def _forces(
         layout, coords, state.gid, state.bodies
     )
     capacity = state.gid.shape[0]
-    result = local_contacts(
-        setup,
-        grid,
-        _origin(layout, coords, state.bodies.position.dtype),
-        jnp.concatenate([state.gid, ghost_gid]),
-        _concat(state.bodies, ghosts),
-        capacity,
-        state.partners,
-        state.history,
-        state.plane_history,
-        params,
-        table,
-    )
+    args = (
+        grid, _origin(layout, coords, state.bodies.position.dtype),
+        jnp.concatenate([state.gid, ghost_gid]), _concat(state.bodies, ghosts), capacity,
+        state.partners, state.history, state.plane_history, params, table,
+    )  # fmt: skip
+    if setup.spheres_only:
+        result = local_contacts(setup, *args)
+    else:  # over the clumps' members, summed per slot
+        result = clump_slots.slot_contacts(setup, MemberTable.of(setup), *args)
     seen = jnp.stack([
         jnp.zeros((), jnp.int32), ghost_count, jnp.zeros((), jnp.int32),
         result.cell_count, result.partner_count, jnp.zeros((), jnp.int32),
@@ -215,8 +212,9 @@ def make_local_chunk(
         modes = jnp.full((n + 1,), NORMAL, jnp.int32).at[0].set(first)
         # the pair table lives for the chunk (rebuilt at its first pass): not in the state
         capacity = state.gid.shape[0]
+        width = 1 if setup.spheres_only else MemberTable.of(setup).width  # rows per slot
         table = unbuilt_table(
-            capacity + layout.ghost_capacity, capacity, layout.max_partners,
+            (capacity + layout.ghost_capacity) * width, capacity * width, layout.max_partners,
             state.bodies.position.dtype,
         )  # fmt: skip
 
