@@ -17,12 +17,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from kernels import rigid_body
 from kernels.neighbor_search import CellGrid
 from kernels.rigid_body import Bodies
 from solver.bodies import step as bs
 from solver.distributed.bodies import clump_slots
-from solver.distributed.bodies.forces import local_contacts
 from solver.distributed.bodies.in_fluid import plan_fluid_layout
 from solver.distributed.bodies.step import _origin
 
@@ -65,27 +63,21 @@ def bodies() -> Bodies:
 def owned_forces(
     scene: bs.BodySetup, state: Bodies, owned: list[int], ghosts: list[int]
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, object]:
-    """Force, torque and contact count on the ``owned`` clumps, with ``ghosts`` as copies."""
+    """Force, torque and contact count on the ``owned`` clumps, with ``ghosts`` as copies
+    (``clump_slots.slot_contacts``: the members' contacts summed per slot, the weight once)."""
     table = clump_slots.MemberTable.of(scene)
     layout = plan_fluid_layout(scene, (1, 1, 1), (0.0,) * 3, (12.0,) * 3, 6.0, max_partners=16)
     grid, _ = layout.local_grid()
     order = np.asarray(owned + ghosts)
     gid = jnp.asarray(order, jnp.int32)
     slots = jax.tree.map(lambda leaf: leaf[order], state)
-    rows = len(owned) * table.width
-    p = scene.n_planes
-    sid, spheres, slot = clump_slots.member_bodies(table, gid, slots)
-    result = local_contacts(
-        scene, grid, _origin(layout, jnp.zeros(3, jnp.int32), jnp.float64), sid, spheres, rows,
-        jnp.full((rows, 16), -1, jnp.int32), jnp.zeros((rows, 16, 3)), jnp.zeros((rows, p, 3)),
-        scene.params(jnp.float64), group=slot, id_count=scene.n_spheres, gravity=False,
+    c, width, p = len(owned), table.width, scene.n_planes
+    result = clump_slots.slot_contacts(
+        scene, table, grid, _origin(layout, jnp.zeros(3, jnp.int32), jnp.float64), gid, slots, c,
+        jnp.full((c, width * 16), -1, jnp.int32), jnp.zeros((c, width * 16, 3)),
+        jnp.zeros((c, width * p, 3)), scene.params(jnp.float64),
     )  # fmt: skip
-    mine = jax.tree.map(lambda leaf: leaf[: len(owned)], slots)
-    force, torque = clump_slots.to_slots(
-        result.force, result.torque, spheres.position[:rows], mine.position, slot[:rows]
-    )
-    force = force + rigid_body.gravity_force(mine, scene.params(jnp.float64).gravity)
-    count = np.asarray(result.contact_count).reshape(len(owned), table.width).sum(axis=1)
+    force, torque, count = result.force, result.torque, np.asarray(result.contact_count)
     return np.asarray(force), np.asarray(torque), count, result
 
 
@@ -117,7 +109,7 @@ def test_owned_clumps_feel_the_single_device_contact_forces(reference, owned, gh
 def test_members_of_one_clump_are_never_partners(reference):
     scene, state, _ = reference
     *_, result = owned_forces(scene, state, [0, 1, 2, 3], [])
-    partners = np.asarray(result.partners)  # (8, K) sphere ids; row k is sphere k here
+    partners = np.asarray(result.partners).reshape(8, -1)  # row k: sphere k's partners here
     for sphere, row in enumerate(partners):
         listed = row[row >= 0]
         assert listed.size and not np.any(listed // 2 == sphere // 2), (sphere, listed)

@@ -502,9 +502,8 @@ class PsmCoupling:
             if table is None:
                 xs, vs, ws = members(both)
             else:
-                gid, spheres, owner = clump_slots.member_bodies(table, gid, both)
+                gid, spheres, owner, ws = clump_slots.member_bodies(table, gid, both)
                 xs, vs = spheres.position, spheres.velocity
-                ws = angular_velocity(both)[owner]
             ids = jnp.where(gid >= 0, gid, 0)
             rad = jnp.where(gid >= 0, jnp.asarray(radius_cells, dtype)[ids], -1.0)
             context = (coords, message, slots, jumped, ghost_gid, ghosts, ghost_needed)
@@ -517,7 +516,7 @@ class PsmCoupling:
             rows = sub.gid.shape[0]
             if owner is not None:  # the members' forces onto their slots, lattice units
                 force_sum, torque_sum = clump_slots.to_slots(
-                    force_sum, torque_sum, xs, position, owner, 1.0 / self.dx
+                    force_sum, torque_sum, xs, position, 1.0 / self.dx
                 )
             partial = jnp.concatenate([force_sum, torque_sum], axis=1)
             total, back_needed = in_fluid.return_partials(

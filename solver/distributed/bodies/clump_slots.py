@@ -76,13 +76,21 @@ def member_ids(table: MemberTable, gid: Array) -> Array:
     return jnp.where((gid >= 0)[:, None], ids, -1).reshape(-1)
 
 
-def member_bodies(table: MemberTable, gid: Array, bodies: Bodies) -> tuple[Array, Bodies, Array]:
-    """The members of the slots (gid (S,), bodies S slots) as S M sphere slots.
+def rows_per_slot(setup: BodySetup) -> int:
+    """Contact rows one slot holds: M for clumps (its members'), 1 for plain spheres."""
+    return 1 if setup.spheres_only else MemberTable.of(setup).width
+
+
+def member_bodies(
+    table: MemberTable, gid: Array, bodies: Bodies
+) -> tuple[Array, Bodies, Array, Array]:
+    """The members of the slots (gid (S,), bodies S slots) as S M sphere slots, member k of
+    slot b at row b M + k.
 
     Returns:
         sphere ids (S M,) int32 (-1: no sphere), their Bodies (centre and velocity the
         member's, every other field its body's, so that a contact sees the body's mass and
-        spin) and the slot of each member (S M,) int32.
+        spin), the slot of each member (S M,) int32 and its angular velocity (S M, 3) rad/s.
     """
     width = table.width
     slots = gid.shape[0]
@@ -95,20 +103,24 @@ def member_bodies(table: MemberTable, gid: Array, bodies: Bodies) -> tuple[Array
     x, v = clump.sphere_kinematics(
         bodies.position, bodies.velocity, bodies.orientation, omega, owner, offset
     )
-    gathered = {name: getattr(bodies, name)[owner] for name in BODY_FIELDS}
-    gathered.update(position=x, velocity=v)
-    return sid, Bodies(**gathered), owner
+    # each slot's fields repeated for its M members (a copy, no gather)
+    repeated = {name: jnp.repeat(getattr(bodies, name), width, axis=0) for name in BODY_FIELDS}
+    repeated.update(position=x, velocity=v)
+    return sid, Bodies(**repeated), owner, jnp.repeat(omega, width, axis=0)
 
 
 def to_slots(
-    force: Array, torque: Array, xs: Array, position: Array, owner: Array, arm_scale: float = 1.0
+    force: Array, torque: Array, xs: Array, position: Array, arm_scale: float = 1.0
 ) -> tuple[Array, Array]:
-    """(S, 3) force and torque per slot from (S M, 3) per member (torque about the member's
-    centre xs), the arm (x_k - X_b) arm_scale in the units of torque / force."""
+    """(S, 3) force and torque per slot from (S M, 3) per member, member k of slot b at row
+    b M + k (``member_bodies``; torque about the member's centre xs), the arm (x_k - X_b)
+    arm_scale in the units of torque / force. A sum over each slot's M rows: no scatter (whose
+    atomics would make the order, and the last bits, vary on a GPU)."""
     slots = position.shape[0]
-    arm = ((xs - position[owner]) * arm_scale).astype(force.dtype)
-    zero = jnp.zeros((slots, 3), force.dtype)
-    return zero.at[owner].add(force), zero.at[owner].add(torque + jnp.cross(arm, force))
+    arm = ((xs.reshape(slots, -1, 3) - position[:, None, :]) * arm_scale).astype(force.dtype)
+    force = force.reshape(slots, -1, 3)
+    torque = torque.reshape(slots, -1, 3) + jnp.cross(arm, force)
+    return jnp.sum(force, axis=1), jnp.sum(torque, axis=1)
 
 
 def slot_contacts(
@@ -135,7 +147,7 @@ def slot_contacts(
     contact counts per owned slot; the kept pair table is over the members.
     """
     width = table.width
-    sid, spheres, slot = member_bodies(table, gid, bodies)
+    sid, spheres, slot, _ = member_bodies(table, gid, bodies)
     m = rows * width
     result = local_contacts(
         setup, grid, origin, sid, spheres, m, partners.reshape(m, -1),
@@ -146,9 +158,7 @@ def slot_contacts(
     if member_force is not None:
         on_member = on_member + member_force(sid, spheres, result.partners, slot)
     owned = jax.tree.map(lambda leaf: leaf[:rows], bodies)
-    force, torque = to_slots(
-        on_member, result.torque, spheres.position[:m], owned.position, slot[:m]
-    )
+    force, torque = to_slots(on_member, result.torque, spheres.position[:m], owned.position)
     return result._replace(
         force=force + rigid_body.gravity_force(owned, params.gravity),
         torque=torque,
@@ -185,6 +195,7 @@ __all__ = [
     "member_ids",
     "pick_rows",
     "place_rows",
+    "rows_per_slot",
     "slot_contacts",
     "to_slots",
 ]

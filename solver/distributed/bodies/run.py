@@ -23,7 +23,7 @@ from jax.sharding import PartitionSpec as P
 from kernels.rigid_body import Bodies
 from solver.bodies.step import BodySetup, ContactParams
 from solver.distributed.bodies import records
-from solver.distributed.bodies.clump_slots import MemberTable
+from solver.distributed.bodies.clump_slots import rows_per_slot
 from solver.distributed.bodies.layout import BodyLayout, overflow_lines, plan_layout
 from solver.distributed.bodies.records import SubdomainState
 from solver.distributed.bodies.step import SpatialDiagnostics, make_local_chunk, make_local_initial
@@ -120,7 +120,7 @@ def host_subdomains(setup: BodySetup, layout: BodyLayout, bodies: Bodies) -> dic
         for name in records.BODY_FIELDS:
             out[name][slots] = fields[name][mine]
     # contact rows per member sphere: a slot holds its clump's M members' rows one after another
-    width = 1 if setup.spheres_only else MemberTable.of(setup).width
+    width = rows_per_slot(setup)
     k, p = width * layout.max_partners, width * layout.n_planes
     return dict(
         gid=gid,

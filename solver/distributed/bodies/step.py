@@ -212,7 +212,7 @@ def make_local_chunk(
         modes = jnp.full((n + 1,), NORMAL, jnp.int32).at[0].set(first)
         # the pair table lives for the chunk (rebuilt at its first pass): not in the state
         capacity = state.gid.shape[0]
-        width = 1 if setup.spheres_only else MemberTable.of(setup).width  # rows per slot
+        width = clump_slots.rows_per_slot(setup)
         table = unbuilt_table(
             (capacity + layout.ghost_capacity) * width, capacity * width, layout.max_partners,
             state.bodies.position.dtype,
