@@ -87,13 +87,80 @@ def interpolated_bounce_back(
         if distance[i] is None:
             out.append(jnp.where(incoming[i], post_collision[j], streamed[i]))
             continue
+        bounced = _linear_bounced(lattice, i, streamed, post_collision, incoming, distance[i])
+        out.append(jnp.where(incoming[i], bounced, streamed[i]))
+    return tuple(out)
+
+
+def _linear_bounced(
+    lattice: Lattice,
+    i: int,
+    streamed: Populations,
+    post_collision: Populations,
+    incoming: Sequence[Array | None],
+    qd: Array,
+) -> Array:
+    """f_i(x) on a link into a curved wall by Bouzidi's linear rule (interpolated_bounce_back)."""
+    j = int(lattice.opposite[i])
+    near = 2.0 * qd * post_collision[j] + (1.0 - 2.0 * qd) * streamed[j]
+    if incoming[j] is not None:
+        near = jnp.where(incoming[j], post_collision[j], near)
+    inv = 1.0 / (2.0 * qd)
+    far = inv * post_collision[j] + (1.0 - inv) * post_collision[i]
+    return jnp.where(qd < 0.5, near, far)
+
+
+def quadratic_interpolated_bounce_back(
+    lattice: Lattice,
+    streamed: Populations,
+    post_collision: Populations,
+    incoming: Sequence[Array | None],
+    distance: Sequence[Array | None],
+    beyond: Sequence[tuple[Array, Array, Array] | None],
+) -> tuple[Array, ...]:
+    """Bouzidi's quadratic interpolated bounce-back (Bouzidi, Firdaouss & Lallemand 2001, Phys.
+    Fluids 13, 3452) on links into resting curved walls: with j the direction into the wall
+    and x_2 = x + c_i, x_3 = x + 2 c_i the next fluid nodes along the link,
+
+        qd < 1/2:  f_i(x) = qd (1 + 2 qd) f_j*(x) + (1 - 4 qd^2) f_j*(x_2) - qd (1 - 2 qd) f_j*(x_3)
+        qd >= 1/2: f_i(x) = f_j*(x) / (qd (2 qd + 1)) + (2 qd - 1) / qd f_i*(x)
+                            - (2 qd - 1) / (2 qd + 1) f_i*(x_2)
+
+    (f* post-collision; f_i*(x) and f_i*(x_2) are what streaming brings to x_2 and x_3). Its
+    error does not depend on the relaxation rates as the linear rule's does (docs/validation.md,
+    2D-2: BGK and TRT agree within 0.1 % at 40 cells per diameter with it, 0.4 % apart with
+    the linear rule).
+
+    Args:
+        streamed, post_collision, incoming, distance: as ``interpolated_bounce_back`` (distance
+            None: half-way bounce-back).
+        beyond: per incoming direction i with a distance, (f_j*(x_3), f_i*(x_2), usable):
+            usable (*grid) bool where x_2 and x_3 are fluid nodes of the block; elsewhere the
+            linear rule.
+    """
+    out = []
+    for i in range(lattice.q):
+        if incoming[i] is None:
+            out.append(streamed[i])
+            continue
+        j = int(lattice.opposite[i])
+        if distance[i] is None:
+            out.append(jnp.where(incoming[i], post_collision[j], streamed[i]))
+            continue
         qd = distance[i]
-        near = 2.0 * qd * post_collision[j] + (1.0 - 2.0 * qd) * streamed[j]
-        if incoming[j] is not None:
-            near = jnp.where(incoming[j], post_collision[j], near)
-        inv = 1.0 / (2.0 * qd)
-        far = inv * post_collision[j] + (1.0 - inv) * post_collision[i]
-        bounced = jnp.where(qd < 0.5, near, far)
+        toward_third, away_second, usable = beyond[i]
+        near = (
+            qd * (1.0 + 2.0 * qd) * post_collision[j]
+            + (1.0 - 4.0 * qd * qd) * streamed[j]
+            - qd * (1.0 - 2.0 * qd) * toward_third
+        )
+        far = (
+            post_collision[j] / (qd * (2.0 * qd + 1.0))
+            + (2.0 * qd - 1.0) / qd * post_collision[i]
+            - (2.0 * qd - 1.0) / (2.0 * qd + 1.0) * away_second
+        )
+        linear = _linear_bounced(lattice, i, streamed, post_collision, incoming, qd)
+        bounced = jnp.where(usable, jnp.where(qd < 0.5, near, far), linear)
         out.append(jnp.where(incoming[i], bounced, streamed[i]))
     return tuple(out)
 

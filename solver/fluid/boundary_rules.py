@@ -43,6 +43,7 @@ from kernels import boundaries, open_boundaries
 from kernels.equilibrium import Populations
 from kernels.lattices import CS2, Lattice
 from solver.distributed.halo import Halo
+from solver.errors import ConfigError
 from solver.fluid.grid_field import any_cells, covering_boxes, merged_boxes, near_walls
 from solver.fluid.grid_field import linked_directions as setup_linked_directions
 from solver.fluid.padded import Region, upstream
@@ -153,6 +154,99 @@ def bouzidi(f: Populations, pull: Pull) -> tuple[Array, ...]:
         for i in range(lat.q)
     ]
     return boundaries.interpolated_bounce_back(lat, f, here, incoming, distance)
+
+
+def quadratic_bouzidi(periodic: Sequence[bool]) -> BoundaryRule:
+    """Bouzidi's quadratic rule on resting curved walls (``FluidSetup.curved_walls``), for a
+    block with these periodic axes: the third node x + 2 c_i of a link comes from the block
+    wrapped around its periodic axes; across a non-periodic edge (an open face, a symmetry
+    plane) the link keeps the linear rule. One device only (``require_wall_rule``)."""
+
+    def rule(f: Populations, pull: Pull) -> tuple[Array, ...]:
+        lat = pull.lattice
+        here, incoming = pull.here, pull.incoming
+        zero = (0,) * lat.d
+        solid = pull.geometry["solid"]
+        distance: list[Array | None] = []
+        beyond: list[tuple[Array, Array, Array] | None] = []
+        for i in range(lat.q):
+            if not pull.wall_links[i]:
+                distance.append(None)
+                beyond.append(None)
+                continue
+            j = int(lat.opposite[i])
+            away = [-int(c) for c in lat.c[i]]
+            distance.append(pull.shifted(pull.geometry["wall_distance"][j], zero))
+            # the halo fills only the ghosts each direction's pull reads (a buffer's side
+            # -c_i), so the nodes along +c_i come from the interior, wrapped
+            second = ~wrapped(solid, away, 1, pull.region)
+            usable = second & ~wrapped(solid, away, 2, pull.region)
+            usable = usable & inside_after_two(away, periodic, solid.shape, pull.region)
+            beyond.append(
+                (
+                    wrapped(pull.buffers[j], away, 2, pull.region),
+                    wrapped(pull.buffers[i], away, 1, pull.region),
+                    usable,
+                )
+            )
+        return boundaries.quadratic_interpolated_bounce_back(
+            lat, f, here, incoming, distance, beyond
+        )
+
+    return rule
+
+
+def wrapped(padded: Array, step: Sequence[int], cells: int, region: Region | None) -> Array:
+    """a(x - cells * step) over the region (cells <= 2), for a padded (*shape + 2) array, read
+    from its interior with the indices wrapped around every axis (one device;
+    ``inside_after_two`` masks the non-periodic axes). A static slice along each axis where the
+    indices do not wrap (so XLA fuses it, as the pull's), a gather of the region's rows where
+    they do."""
+    out = padded[tuple(slice(1, -1) for _ in padded.shape)]
+    if region is None:
+        region = [(0, n - 2) for n in padded.shape]
+    for axis, ((r0, size), o) in enumerate(zip(region, step, strict=True)):
+        n = out.shape[axis]
+        first = r0 - cells * int(o)
+        if first >= 0 and first + size <= n:
+            out = lax.slice_in_dim(out, first, first + size, axis=axis)
+        else:
+            out = jnp.take(out, np.arange(first, first + size) % n, axis=axis)
+    return out
+
+
+def inside_after_two(
+    step: Sequence[int],
+    periodic: Sequence[bool],
+    padded_shape: Sequence[int],
+    region: Region | None,
+) -> Array:
+    """(*region) bool: x - 2 step lies in the block along every non-periodic axis."""
+    shape = [n - 2 for n in padded_shape]
+    if region is None:
+        region = [(0, n) for n in shape]
+    sizes = [size for _, size in region]
+    inside = jnp.ones(sizes, bool)
+    for a, ((r0, _), o, wraps) in enumerate(zip(region, step, periodic, strict=True)):
+        if wraps or o == 0:
+            continue
+        index = lax.broadcasted_iota(jnp.int32, sizes, a) + (r0 - 2 * int(o))
+        inside = inside & (index >= 0) & (index < shape[a])
+    return inside
+
+
+def require_wall_rule(setup: FluidSetup, shards: int) -> None:
+    """ConfigError (exit 2) on fluid.curved_walls where the quadratic rule cannot run: its
+    third node lies two cells from the wall's first fluid node, beyond the one-cell halo of a
+    sharded block."""
+    if setup.curved_walls == "quadratic" and shards > 1 and setup.wall_distance is not None:
+        raise ConfigError(
+            "fluid.curved_walls",
+            "quadratic",
+            f"linear on a mesh of {shards} devices (the quadratic rule reads two cells beyond "
+            "a wall's first fluid node, past the one-cell halo; domain.mesh with one device "
+            "takes it)",
+        )
 
 
 # ---------------------------------------------------------------- node rules
@@ -466,6 +560,13 @@ def wall_regions(setup: FluidSetup, halo: Halo) -> tuple[Region, ...] | None:
     return tuple(tuple((s.start, s.stop - s.start) for s in box) for box in boxes)
 
 
+def periodic_axes(setup: FluidSetup) -> tuple[bool, ...]:
+    """Per axis, whether the block wraps around it on one device: not across an open face or
+    a pair of symmetry planes."""
+    closed = {ob.axis for ob in setup.open_boundaries} | set(setup.mirror_axes)
+    return tuple(a not in closed for a in range(setup.lattice.d))
+
+
 def plan_boundaries(setup: FluidSetup, halo: Halo) -> BoundaryPlan:
     """Pick the boundary parts the setup needs, on the host (global setup: every shard traces
     the same program)."""
@@ -480,6 +581,8 @@ def plan_boundaries(setup: FluidSetup, halo: Halo) -> BoundaryPlan:
         padded.append(("solid", 0))
         if curved:  # Bouzidi's walls rest: a wall velocity is not used with them
             walls = (bouzidi,)
+            if setup.curved_walls == "quadratic":
+                walls = (quadratic_bouzidi(periodic_axes(setup)),)
             padded.append(("wall_distance", 1))
         elif moving:
             walls = (moving_wall,)

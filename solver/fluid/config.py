@@ -15,6 +15,7 @@ from kernels.lattices import LATTICES
 from kernels.storage import SHIFTED
 from solver.errors import ConfigError
 from solver.fluid.geometry.mesh import UNITS as MESH_UNITS
+from solver.fluid.setup import CURVED_WALL_RULES
 from solver.paths import original_path
 from solver.sections import Section
 
@@ -61,6 +62,7 @@ class FluidConfig:
     les_cs: float = 0.1  # Smagorinsky constant
     storage: str | None = None  # dtype the populations are kept in; None: ``precision``
     kernel: str = "xla"  # one of KERNELS
+    curved_walls: str = "linear"  # one of CURVED_WALL_RULES
 
     @property
     def dimension(self) -> int:
@@ -233,6 +235,7 @@ def parse_fluid(s: Section) -> FluidConfig:
         kernel=kernel,
         les=les,
         les_cs=s.number("les_cs", low=0.0, high=1.0),
+        curved_walls=_curved_walls(s, kernel),
         # the Mach limit (u_lattice / c_s <= 0.3) is checked where the case knows its peak velocity
         u_lattice=s.number("u_lattice", low=0.0, high=1.0),
     )
@@ -263,6 +266,22 @@ def _kernel(s: Section, collision: str, les: str, storage: str | None) -> str:
             f"{' or '.join(stored)})",
         )
     return kernel
+
+
+def _curved_walls(s: Section, kernel: str) -> str:
+    """``fluid.curved_walls`` (absent: linear); the quadratic rule is an XLA-step part (the
+    one-buffer kernels take no curved walls at all; a multi-device mesh is refused where the
+    run's mesh is known, ``solver.fluid.boundary_rules.require_wall_rule``)."""
+    if s.data.get("curved_walls") is None:
+        return "linear"
+    rule = s.choice("curved_walls", CURVED_WALL_RULES, case_sensitive=False)
+    if rule == "quadratic" and kernel != "xla":
+        raise ConfigError(
+            s.key("curved_walls"),
+            rule,
+            f"linear with fluid.kernel={kernel} (the quadratic rule runs on the xla kernel)",
+        )
+    return rule
 
 
 def _storage(s: Section, precision: str) -> str | None:

@@ -25,6 +25,7 @@ from solver.distributed.distribution import distribute
 from solver.distributed.host_collectives import barrier
 from solver.distributed.runtime import Runtime
 from solver.errors import DivergenceError
+from solver.fluid.boundary_rules import require_wall_rule
 from solver.fluid.cases import Case, RunData, build_case
 from solver.fluid.cases.base import FieldsNotGatheredError, NotGathered
 from solver.fluid.inplace_step import require_kernel
@@ -197,6 +198,7 @@ class FluidModel:
         if setup.kernel != "xla":  # before anything is traced: exit 2 with the reason
             decomposition = dist.decomposition
             require_kernel(setup, shards=decomposition.shards, mesh=decomposition.mesh)
+        require_wall_rule(setup, dist.decomposition.shards)
         self.geometry = dist.geometry(setup)
         self._chunk = dist.chunk(setup)
         self._exchange = None  # the telemetry's halo probe, built at its first use
@@ -434,6 +436,7 @@ class FluidModel:
             "les": {"model": setup.les, "smagorinsky_constant": setup.les_cs}
             if setup.les != "none"
             else None,
+            "curved_walls": setup.curved_walls if setup.wall_distance is not None else None,
             "precision": setup.dtype,
             "storage": setup.storage_dtype,
             "shape": list(setup.shape),

@@ -19,6 +19,7 @@ from kernels.storage import SHIFTED, STORAGES
 from solver.fluid.grid_field import GridField
 
 COLLISIONS = ("bgk", "trt", "regularized", "kbc")
+CURVED_WALL_RULES = ("linear", "quadratic")
 # the operators that need the tensor-product lattices D2Q9 and D3Q27 (q = 3^d)
 TENSOR_PRODUCT_COLLISIONS = ("kbc",)
 LES_MODELS = ("none", "smagorinsky")
@@ -162,6 +163,11 @@ class FluidSetup:
             flow and geometry symmetric about such a plane are computed on one side of it
             (a half or quarter model); a body may cross it (its other half is its mirror
             image). Not with moving walls; the xla kernel only.
+        curved_walls: the interpolated bounce-back on the ``wall_distance`` links: "linear"
+            (Bouzidi, Firdaouss & Lallemand 2001, two nodes) or "quadratic" (theirs over three
+            nodes along the link; where the second or third node is solid or outside a
+            non-periodic edge of the block, the linear rule). Quadratic on one device only:
+            the third node lies two cells away, beyond the one-cell halo.
     """
 
     lattice: Lattice
@@ -183,6 +189,7 @@ class FluidSetup:
     sponge: np.ndarray | GridField | None = field(default=None, repr=False)
     moment_center: tuple[float, ...] | None = None
     mirror_axes: tuple[int, ...] = ()
+    curved_walls: str = "linear"
 
     def __post_init__(self) -> None:
         d = self.lattice.d
@@ -197,6 +204,8 @@ class FluidSetup:
             )
         if self.collision not in COLLISIONS:
             raise ValueError(f"collision {self.collision!r} not in {COLLISIONS}")
+        if self.curved_walls not in CURVED_WALL_RULES:
+            raise ValueError(f"curved_walls {self.curved_walls!r} not in {CURVED_WALL_RULES}")
         storage = self.storage_dtype
         if storage not in STORAGES:
             raise ValueError(f"storage {storage!r} not in {STORAGES}")

@@ -251,6 +251,7 @@ def fluid_setup(
         les=fluid.les,
         les_cs=fluid.les_cs,
         kernel=fluid.kernel,
+        curved_walls=fluid.curved_walls,
         **geometry,
     )
 
