@@ -202,16 +202,17 @@ def wrapped(padded: Array, step: Sequence[int], cells: int, region: Region | Non
     ``inside_after_two`` masks the non-periodic axes). A static slice along each axis where the
     indices do not wrap (so XLA fuses it, as the pull's), a gather of the region's rows where
     they do."""
-    out = padded[tuple(slice(1, -1) for _ in padded.shape)]
     if region is None:
         region = [(0, n - 2) for n in padded.shape]
+    out = padded  # axis by axis, from the padded array itself (interior index + 1): slicing
+    # the interior out first made XLA copy the whole block per read
     for axis, ((r0, size), o) in enumerate(zip(region, step, strict=True)):
-        n = out.shape[axis]
+        n = padded.shape[axis] - 2
         first = r0 - cells * int(o)
         if first >= 0 and first + size <= n:
-            out = lax.slice_in_dim(out, first, first + size, axis=axis)
+            out = lax.slice_in_dim(out, first + 1, first + 1 + size, axis=axis)
         else:
-            out = jnp.take(out, np.arange(first, first + size) % n, axis=axis)
+            out = jnp.take(out, np.arange(first, first + size) % n + 1, axis=axis)
     return out
 
 
