@@ -22,7 +22,7 @@ towards the wall.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import jax.numpy as jnp
 from jax import Array
@@ -78,6 +78,23 @@ def interpolated_bounce_back(
     Where the second fluid node x + c_i is itself next to the wall (incoming[j] set), the rule
     falls back to half-way bounce-back for qd < 1/2.
     """
+
+    def linear(i: int, qd: Array) -> Array:
+        return _linear_bounced(lattice, i, streamed, post_collision, incoming, qd)
+
+    return _curved_links(lattice, streamed, post_collision, incoming, distance, linear)
+
+
+def _curved_links(
+    lattice: Lattice,
+    streamed: Populations,
+    post_collision: Populations,
+    incoming: Sequence[Array | None],
+    distance: Sequence[Array | None],
+    bounce: Callable[[int, Array], Array],
+) -> tuple[Array, ...]:
+    """f_i(x) with ``bounce(i, qd)`` on the links into curved walls, half-way bounce-back on
+    those without a distance, the streamed value elsewhere."""
     out = []
     for i in range(lattice.q):
         if incoming[i] is None:
@@ -87,8 +104,7 @@ def interpolated_bounce_back(
         if distance[i] is None:
             out.append(jnp.where(incoming[i], post_collision[j], streamed[i]))
             continue
-        bounced = _linear_bounced(lattice, i, streamed, post_collision, incoming, distance[i])
-        out.append(jnp.where(incoming[i], bounced, streamed[i]))
+        out.append(jnp.where(incoming[i], bounce(i, distance[i]), streamed[i]))
     return tuple(out)
 
 
@@ -138,16 +154,9 @@ def quadratic_interpolated_bounce_back(
             usable (*grid) bool where x_2 and x_3 are fluid nodes of the block; elsewhere the
             linear rule.
     """
-    out = []
-    for i in range(lattice.q):
-        if incoming[i] is None:
-            out.append(streamed[i])
-            continue
+
+    def quadratic(i: int, qd: Array) -> Array:
         j = int(lattice.opposite[i])
-        if distance[i] is None:
-            out.append(jnp.where(incoming[i], post_collision[j], streamed[i]))
-            continue
-        qd = distance[i]
         toward_third, away_second, usable = beyond[i]
         near = (
             qd * (1.0 + 2.0 * qd) * post_collision[j]
@@ -160,9 +169,9 @@ def quadratic_interpolated_bounce_back(
             - (2.0 * qd - 1.0) / (2.0 * qd + 1.0) * away_second
         )
         linear = _linear_bounced(lattice, i, streamed, post_collision, incoming, qd)
-        bounced = jnp.where(usable, jnp.where(qd < 0.5, near, far), linear)
-        out.append(jnp.where(incoming[i], bounced, streamed[i]))
-    return tuple(out)
+        return jnp.where(usable, jnp.where(qd < 0.5, near, far), linear)
+
+    return _curved_links(lattice, streamed, post_collision, incoming, distance, quadratic)
 
 
 def momentum_exchange(
