@@ -31,6 +31,10 @@ from solver.api import compose_config
 from solver.errors import PreemptedError
 from solver.run import simulate
 
+# the tests that share a module fixture run on one worker, so that each reference run is made
+# once (the MPI tests join the "processes" group, tests/conftest.py, and make their own)
+pytestmark = pytest.mark.xdist_group("coupling_owned")
+
 SPHERES = [
     (0.004995, 0.0025, 0.0028),  # 5 um before the x face: the flow carries it across
     (0.0051, 0.0051, 0.0051),  # across the corner of all eight blocks, thrown down at
@@ -227,18 +231,24 @@ def test_owned_clumps_on_one_device_match_the_replicated_run(clumps_single, tmp_
     assert_close(out, clumps_single, SPLIT_RELATIVE)
 
 
-def test_owned_clumps_on_eight_fake_devices_and_two_mpi_processes_match_one(
-    clumps_single, tmp_path
-):
-    """The clump scene on a 2 x 2 x 2 mesh of fake devices (xla halo) and on two MPI processes
-    as slabs along x on the native kernel (mpi halo): the first clump migrates across the x
-    face, members' covers and contacts cross the faces, and both equal one device."""
+def test_owned_clumps_on_eight_fake_devices_match_one(clumps_single, tmp_path):
+    """The clump scene on a 2 x 2 x 2 mesh of fake devices (xla halo): the first clump
+    migrates across the x face, members' covers and contacts cross the faces, and the run
+    equals one device."""
     out = run(tmp_path / "eight", ["domain.mesh=[2,2,2]", OWNED, CLUMPS], devices=8)
     buffers = json.loads((out / "run.json").read_text())["coupling"]["buffers"]
     assert buffers["ghost"]["most_needed"] >= 1, buffers
     # the first clump starts 5 um before the x face
     assert last(out, "bodies.h5", "position")[0, 0] > 0.005, "the clump did not cross"
     assert_close(out, clumps_single, SPLIT_RELATIVE)
+
+
+# make test-long (45 s): owned bodies on the native kernel over MPI are checked with spheres
+# above, and clumps crossing every face by the eight fake devices
+@pytest.mark.long
+def test_owned_clumps_on_two_mpi_processes_match_one(clumps_single, tmp_path):
+    """The clump scene on two MPI processes as slabs along x on the native kernel (mpi
+    halo) equals one device."""
     processes = run_mpi(
         tmp_path / "mpi",
         [CLUMPS, "fluid.kernel=native", "domain.mesh=[2,1,1]", "domain.halo=mpi", OWNED],
