@@ -173,13 +173,12 @@ def test_native_coupled_step_with_16_bit_storage(storage="float16", bound=1e-5):
     assert np.abs(native_track[:, :, 3:6] - xla_track[:, :, 3:6]).max() < 1e-4 * velocity_scale
 
 
-def test_a_coupled_case_runs_on_the_native_kernel_on_slabs_and_mpi_processes(tmp_path):
+def test_a_coupled_case_runs_on_the_native_kernel_and_on_slabs(tmp_path):
     """The app: the tiny settling sphere on the native kernel tracks its sphere and writes its
-    fluid as the XLA step does (float32 round-off); split into two slabs along x, on two fake
-    devices (xla halo, LbPsmPhase inside shard_map) and on two MPI processes (mpi halo), it
-    equals the one-device native run to the same bound (the forces on the sphere are summed
-    over the slabs in another order). Owned bodies on the native kernel:
-    tests/test_coupling_owned.py."""
+    fluid as the XLA step does (float32 round-off); split into two slabs along x on two fake
+    devices (xla halo, LbPsmPhase inside shard_map) it equals the one-device native run to the
+    same bound (the forces on the sphere are summed over the slabs in another order). Owned
+    bodies on the native kernel: tests/test_coupling_owned.py."""
     runs = {}
     for kernel in ("xla", "native"):
         runs[kernel] = tmp_path / kernel
@@ -200,6 +199,22 @@ def test_a_coupled_case_runs_on_the_native_kernel_on_slabs_and_mpi_processes(tmp
     assert result.returncode == 0, result.stderr[-2000:]
     assert json.loads((two / "run.json").read_text())["domain"]["mesh"] == [2, 1, 1]
     assert_close(two, runs["native"], SPLIT_RELATIVE)
+
+
+# make test-long (about 25 s): the native kernel's coupled step over MPI is checked in make test
+# with owned bodies (tests/test_coupling_owned.py), replicated bodies over MPI with the XLA step
+# (tests/test_coupling_runs.py), and these slabs on two fake devices above
+@pytest.mark.long
+def test_a_coupled_case_on_the_native_kernel_on_two_mpi_processes(tmp_path):
+    """The tiny settling sphere on the native kernel as two slabs on two MPI processes (mpi
+    halo) equals the one-device native run (float32 round-off)."""
+    single = tmp_path / "native"
+    result = run_solver(
+        [*TINY, "checkpoint=none", "fluid.kernel=native", f"hydra.run.dir={single}"],
+        {"XLA_FLAGS": FAST_COMPILE},
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    slabs = [*TINY, "checkpoint=none", "fluid.kernel=native", "domain.mesh=[2,1,1]"]
     processes = tmp_path / "mpi"
     result = mpirun(
         2,
@@ -208,4 +223,4 @@ def test_a_coupled_case_runs_on_the_native_kernel_on_slabs_and_mpi_processes(tmp
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert json.loads((processes / "run.json").read_text())["domain"]["processes"] == 2
-    assert_close(processes, runs["native"], SPLIT_RELATIVE)
+    assert_close(processes, single, SPLIT_RELATIVE)
