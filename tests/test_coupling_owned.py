@@ -31,10 +31,6 @@ from solver.api import compose_config
 from solver.errors import PreemptedError
 from solver.run import simulate
 
-# the tests that share a module fixture run on one worker, so that each reference run is made
-# once (the MPI tests join the "processes" group, tests/conftest.py, and make their own)
-pytestmark = pytest.mark.xdist_group("coupling_owned")
-
 SPHERES = [
     (0.004995, 0.0025, 0.0028),  # 5 um before the x face: the flow carries it across
     (0.0051, 0.0051, 0.0051),  # across the corner of all eight blocks, thrown down at
