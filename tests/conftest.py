@@ -13,6 +13,14 @@ share one test cluster whose start and job queue are not safe to drive from two 
 they run on one worker (group "processes"), and so do the tests that launch MPI jobs: each
 already keeps both cores busy with 2-4 ranks, and two of them at once oversubscribe the cores
 with ranks that spin while they wait for each other.
+
+Where the time goes: `LBSOLVER_COMPILE_LOG=FILE make test` appends a line per compilation of a
+second or more, in pytest's workers and in every process a test starts (tests/compile_log).
+Measured 2026-12-06 (904 tests, pytest 26:49 on 2 cores): compilations took 1,812 of the
+workers' 3,320 s, 1,149 s of it in child processes (solver runs, MPI ranks). Hence the two
+cheap ways a test shortens without asserting less: `@pytest.mark.fast_compile` (below) or
+FAST_COMPILE in a child's XLA_FLAGS (tests/solver_cli.py) for short runs, and
+tests/shared_runs.py for a reference run that tests on both workers compare against.
 """
 
 import os
@@ -43,16 +51,47 @@ _COMPILE_LOG = os.environ.get("LBSOLVER_COMPILE_LOG")
 _current_test = ["(collection)"]
 
 if _COMPILE_LOG:
-    from jax import monitoring
+    import sys
 
-    def _log_compile(event: str, seconds: float, **kwargs) -> None:
-        if event == "/jax/core/compile/backend_compile_duration" and seconds >= 1.0:
-            with open(_COMPILE_LOG, "a") as log:
-                log.write(f"{_current_test[0]}\t{kwargs.get('fun_name')}\t{seconds:.1f}\n")
+    _site = sys.modules.get("sitecustomize")
+    if getattr(_site, "_LOG", None):
+        # a pytest-xdist worker, started with tests/compile_log on its path: that listener
+        # logs this process's compilations too, as the test's own
+        _site.label = ""
+    else:
+        from jax import monitoring
 
-    monitoring.register_event_duration_secs_listener(_log_compile)
+        def _log_compile(event: str, seconds: float, **kwargs) -> None:
+            if event == "/jax/core/compile/backend_compile_duration" and seconds >= 1.0:
+                with open(_COMPILE_LOG, "a") as log:
+                    log.write(f"{_current_test[0]}\t{kwargs.get('fun_name')}\t{seconds:.1f}\n")
+
+        monitoring.register_event_duration_secs_listener(_log_compile)
+
+    # Child processes (solver runs, MPI ranks, Slurm jobs) log through tests/compile_log.
+    _children = os.path.join(os.path.dirname(__file__), "compile_log")
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        p for p in (_children, os.environ.get("PYTHONPATH")) if p
+    )
+
+
+# Tests marked fast_compile compile without LLVM's optimisations (a D3Q19 chunk: 13.6 s against
+# 19.7 s): most of a short run is its compilation, and what such a test asserts (equality of two
+# runs compiled alike, conservation, an order of convergence) is a property of the XLA program,
+# the same at every LLVM level; only FMA contraction differs (none without optimisation). JAX's
+# in-memory caches do not know the level, so they are cleared where it changes: a program
+# compiled for one kind of test is never run by the other (the persistent cache keys on it).
+# (Set in the setup hook, before any fixture of the test, module fixtures included, is made.)
+_fast_compile = [False]
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item: pytest.Item) -> None:
+    fast = item.get_closest_marker("fast_compile") is not None
+    if fast != _fast_compile[0]:
+        jax.clear_caches()
+        jax.config.update("jax_disable_most_optimizations", fast)
+        _fast_compile[0] = fast
     _current_test[0] = item.nodeid
+    if _COMPILE_LOG:
+        os.environ["LBSOLVER_CURRENT_TEST"] = item.nodeid

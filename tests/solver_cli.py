@@ -12,6 +12,8 @@ ROOT = Path(__file__).resolve().parent.parent
 # compiled alike: no LLVM optimisation, so the compilation (most of a small run's time) is
 # shorter, and without FMA contraction a split run rounds as the whole one does.
 FAST_COMPILE = "--xla_backend_optimization_level=0"
+# the same for a program compiled in the test's own process: jax.jit(..., compiler_options=)
+FAST_COMPILE_OPTIONS = {"xla_backend_optimization_level": 0}
 
 
 def run_solver(

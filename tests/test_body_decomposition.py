@@ -175,6 +175,7 @@ def test_owners_cover_the_box_and_clamp_outside():
     assert sorted(gid[gid >= 0].tolist()) == list(range(setup.n_bodies))
 
 
+@pytest.mark.fast_compile  # a short run: compiling is most of it (tests/conftest.py)
 def test_kept_pair_table_gives_the_rebuilt_forces_and_is_rebuilt_when_it_must():
     """``local_contacts`` over a pair table kept from the step before (a Verlet list of the
     owned slots) equals a rebuild every step, and rebuilds when a body moved too far or a slot

@@ -51,6 +51,7 @@ def sweep_run(tmp_path_factory):
     return outcome.summary, out
 
 
+@pytest.mark.fast_compile  # a short run: compiling is most of it (tests/conftest.py)
 def test_restitution_sweep_orders_rebounds_like_e_squared(sweep_run):
     summary, out = sweep_run
     assert summary["status"] == "completed"

@@ -15,6 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from solver_cli import FAST_COMPILE as FAST_XLA_FLAGS
 from solver_cli import run_solver
 
 from kernels import coupling as psm
@@ -39,6 +40,8 @@ TAU = 0.8
 DEPTH = 1.0  # cells: the disks are cylinders one cell deep (lattice units)
 # float64 sums over ~600 cells and 9 directions: differences of a few 1e-16 per term
 ROUND_OFF = 1e-12
+# solver runs of a few dozen steps, whose assertions hold at any LLVM level (tests/solver_cli.py)
+SHORT_RUN = {"XLA_FLAGS": FAST_XLA_FLAGS}
 # compiling is nearly all these runs' time; the algebra checked is the same at -O0
 FAST_COMPILE = {"xla_backend_optimization_level": 0}
 DKT_2D = ["case=dkt_2d", "fluid=d2q9", "coupling=psm"]
@@ -213,6 +216,7 @@ def test_a_short_2d_dkt_run_writes_its_diagnostics(tmp_path):
         [*DKT_2D, "case.resolution=4", "steps=20", "chunk=20", "output.png=false",
          f"hydra.run.dir={tmp_path}"],
         timeout=300,
+        env_extra=SHORT_RUN,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     summary = json.loads((tmp_path / "run.json").read_text())
@@ -291,6 +295,7 @@ def test_a_neutrally_buoyant_disk_rides_the_channel_flow_on_its_centreline(tmp_p
         [*CHANNEL, NEUTRAL, bodies, "steps=40", "chunk=40", "output.png=false",
          f"hydra.run.dir={tmp_path}"],
         timeout=300,
+        env_extra=SHORT_RUN,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     track = np.loadtxt(tmp_path / "bodies_track.csv", delimiter=",", skiprows=1)
@@ -354,6 +359,7 @@ def test_a_divergence_driven_by_fast_bodies_names_them_and_the_remedy(tmp_path):
          "case.lid_velocity=0.2", "case.density=1000", generate, "output.png=false",
          "checkpoint=none", f"hydra.run.dir={tmp_path}"],
         timeout=300,
+        env_extra=SHORT_RUN,
     )  # fmt: skip
     assert result.returncode == 3, result.stderr[-3000:]
     assert "a body moves at" in result.stderr and "fluid.u_lattice" in result.stderr
@@ -373,6 +379,7 @@ def test_a_disk_leaving_through_the_outlet_is_gone_from_the_fluid_and_counted(tm
          "case.resolution=10", "case.duration=0.08", NEUTRAL, f"coupling.scene.bodies=[{disk}]",
          "output.png=false", "checkpoint=none", f"hydra.run.dir={tmp_path}"],
         timeout=300,
+        env_extra=SHORT_RUN,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     track = np.genfromtxt(tmp_path / "bodies_track.csv", delimiter=",", names=True)

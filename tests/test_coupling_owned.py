@@ -25,6 +25,7 @@ import numpy as np
 import pytest
 from hooks import SignalAt
 from mpi import mpirun
+from shared_runs import shared_directory
 from solver_cli import FAST_COMPILE, run_solver
 
 from solver.api import compose_config
@@ -124,8 +125,8 @@ def run_mpi(out: Path, args: list[str]) -> Path:
 
 @pytest.fixture(scope="module")
 def single(tmp_path_factory) -> Path:
-    """The replicated run on one device: the reference."""
-    out = run(tmp_path_factory.mktemp("single"), ["domain=single"])
+    """The replicated run on one device: the reference (made once for all workers)."""
+    out = shared_directory(tmp_path_factory, "owned-single", lambda d: run(d, ["domain=single"]))
     summary = json.loads((out / "run.json").read_text())
     assert summary["status"] == "completed" and summary["coupling"]["bodies"] == len(SPHERES)
     return out
@@ -212,8 +213,10 @@ CLUMPS = f"coupling.scene.bodies={CLUMP_BODIES}"
 
 @pytest.fixture(scope="module")
 def clumps_single(tmp_path_factory) -> Path:
-    """The replicated run of the clump scene on one device: the reference."""
-    out = run(tmp_path_factory.mktemp("clumps"), ["domain=single", CLUMPS])
+    """The replicated run of the clump scene on one device: the reference (made once)."""
+    out = shared_directory(
+        tmp_path_factory, "owned-clumps", lambda d: run(d, ["domain=single", CLUMPS])
+    )
     summary = json.loads((out / "run.json").read_text())
     assert summary["status"] == "completed" and summary["coupling"]["bodies"] == 5
     return out

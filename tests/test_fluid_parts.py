@@ -130,6 +130,7 @@ def test_wall_regions_hold_every_node_the_rules_touch():
     assert boundary_rules.plan_boundaries(narrow, SINGLE).regions is None
 
 
+@pytest.mark.fast_compile  # a short run: compiling is most of it (tests/conftest.py)
 def test_rules_on_boxes_equal_the_rules_on_the_whole_block(monkeypatch):
     """Curved walls, the rest state in solids, the force and its moment computed on the boxes
     give the whole block's populations (to the few ulps of XLA's FMA contraction, which depends
