@@ -14,6 +14,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from solver_cli import FAST_COMPILE_OPTIONS
 
 from kernels import coupling as psm
 from kernels.lattices import D3Q19
@@ -33,9 +34,6 @@ SPHERE_DENSITY = 1.5  # over the fluid's
 TAU = 0.8
 # float64 sums over ~3,000 cells and 19 directions: differences of a few 1e-16 per term
 ROUND_OFF = 1e-12
-# These runs are a few steps on 14^3 cells: compiling is nearly all their time, and LLVM's
-# optimisations double it; the algebra checked here is the same at -O0 (IEEE, no fast-math)
-FAST_COMPILE = {"xla_backend_optimization_level": 0}
 
 
 @pytest.fixture(autouse=True)
@@ -93,8 +91,12 @@ def run_with(
     velocity = np.broadcast_to(np.asarray(fluid_velocity, float)[:, None, None, None], (3, N, N, N))
     state = initial_state(setup, np.ones((N, N, N)), velocity)
     extra = coupling.initial(bs.initial_state(coupling.bodies, bodies))
+    # a few steps on 14^3 cells: compiling is nearly all their time, and LLVM's optimisations
+    # double it; the algebra checked here is the same at -O0 (IEEE, no fast-math)
     chunk = jax.jit(
-        make_coupled_chunk(setup, SINGLE, coupling), static_argnums=2, compiler_options=FAST_COMPILE
+        make_coupled_chunk(setup, SINGLE, coupling),
+        static_argnums=2,
+        compiler_options=FAST_COMPILE_OPTIONS,
     )
     state, _, extra, track = chunk(state, make_geometry(setup), steps, extra)
     return state, extra, np.asarray(track), coupling

@@ -15,8 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from solver_cli import FAST_COMPILE as FAST_XLA_FLAGS
-from solver_cli import run_solver
+from solver_cli import FAST_COMPILE, FAST_COMPILE_OPTIONS, run_solver
 
 from kernels import coupling as psm
 from kernels.lattices import D2Q9
@@ -41,9 +40,7 @@ DEPTH = 1.0  # cells: the disks are cylinders one cell deep (lattice units)
 # float64 sums over ~600 cells and 9 directions: differences of a few 1e-16 per term
 ROUND_OFF = 1e-12
 # solver runs of a few dozen steps, whose assertions hold at any LLVM level (tests/solver_cli.py)
-SHORT_RUN = {"XLA_FLAGS": FAST_XLA_FLAGS}
-# compiling is nearly all these runs' time; the algebra checked is the same at -O0
-FAST_COMPILE = {"xla_backend_optimization_level": 0}
+SHORT_RUN = {"XLA_FLAGS": FAST_COMPILE}
 DKT_2D = ["case=dkt_2d", "fluid=d2q9", "coupling=psm"]
 
 
@@ -100,8 +97,11 @@ def run(bodies: Bodies, steps: int, gravity=(0.0, 0.0, 0.0)):
     )  # fmt: skip
     state = initial_state(setup, np.ones((N, N)), np.zeros((2, N, N)))
     extra = coupling.initial(bs.initial_state(coupling.bodies, bodies))
+    # compiling is nearly all these runs' time; the algebra checked is the same at -O0
     chunk = jax.jit(
-        make_coupled_chunk(setup, SINGLE, coupling), static_argnums=2, compiler_options=FAST_COMPILE
+        make_coupled_chunk(setup, SINGLE, coupling),
+        static_argnums=2,
+        compiler_options=FAST_COMPILE_OPTIONS,
     )
     state, _, extra, track = chunk(state, make_geometry(setup), steps, extra)
     return state, extra, np.asarray(track), coupling
