@@ -12,7 +12,8 @@ APT_PACKAGES := slurm-wlm munge libopenmpi-dev openmpi-bin mosquitto openssl lam
 # runtime needs. On a GPU cluster: `make test MPI4JAX_CUDA_PATH=/usr/local/cuda`.
 MPI4JAX_CUDA_PATH ?= $(CURDIR)/$(VENV)/no-cuda
 
-.PHONY: run test lint format validate bench clean system-packages gpu-install gpu-check native
+.PHONY: run test lint format validate bench clean system-packages gpu-install gpu-check native \
+	gpu-wheels gpu-check-offline
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -109,6 +110,15 @@ gpu-install: $(STAMP)
 # bytes per cell, agreement with the CPU, halo exchange and weak scaling with >= 2 GPUs.
 gpu-check: gpu-install
 	$(BIN)/python -m solver.bench gpu-check $(ARGS)
+
+# GPU nodes with no package index whose Python already has a CUDA JAX (docs/performance.md,
+# "GPU"): `make gpu-wheels` where pip works, carry .whl/ and the checkout to the node, then
+# `make gpu-check-offline` there (PYTHON=python3 by default; OUT=dir for the log).
+gpu-wheels: $(STAMP)
+	PYTHON=$(BIN)/python launch/gpu_wheels.sh .whl
+
+gpu-check-offline:
+	launch/gpu_check_offline.sh $(OUT)
 
 bench: $(STAMP)
 	$(BIN)/python -m solver.bench $(ARGS)

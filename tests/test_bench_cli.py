@@ -60,6 +60,19 @@ def test_gpu_check_probe_is_a_real_loop():
     assert datasheet("NVIDIA H200") == 4.8e12 and datasheet("cpu") is None
 
 
+def test_gpu_check_runs_only_the_parts_asked_for(capsys):
+    """launch/gpu_check_offline.sh runs the check in parts (the headline first, each under its
+    own time limit): a part not asked for is not run, and an unknown part is refused."""
+    from solver.bench import gpu_check
+
+    assert gpu_check.main(["--allow-cpu", "--parts", "scaling"]) == 0
+    out = capsys.readouterr().out
+    assert "copy bandwidth" in out
+    assert "throughput at" not in out and "agreement with" not in out and "determinism" not in out
+    with pytest.raises(SystemExit, match="--parts 'speed' not in throughput, agreement"):
+        gpu_check.parse_args(["--parts", "throughput,speed"])
+
+
 # the coupled bench's rows and figures, not its speed, are checked here: its programs compile
 # without LLVM optimisation (the 24^3 run with both kernels: 48 s -> 29 s)
 FAST_ENV = {**os.environ, "XLA_FLAGS": FAST_COMPILE}

@@ -24,12 +24,13 @@ on this device (issue 16):
 Exit status 0 when every check ran (goals missed are reported, not failures), 1 when the CPU
 agreement or determinism fails, 2 without a GPU (``--allow-cpu`` runs it on the CPU at a small
 size, to test the script itself; ``--lattices``, ``--storages``, ``--kernels`` and ``--largest``
-narrow it down).
+narrow it down; ``--parts`` picks the parts of 2-5 to run).
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import itertools
 import sys
 import time
@@ -59,6 +60,9 @@ AGREEMENT_UNITS = 64
 STORAGES = ("float32", "float16", "bfloat16")
 LATTICES = ("D3Q19", "D3Q27")
 KERNELS = ("xla", "pallas")  # the pure-JAX step and the fused GPU kernel (fluid.kernel=pallas)
+# what a run measures; a device script with a short lease runs them in several calls, the
+# headline first (launch/gpu_check_offline.sh)
+PARTS = ("throughput", "agreement", "determinism", "scaling")
 
 
 def copy_bandwidth(n_bytes: int, iterations: int) -> float:
@@ -301,6 +305,12 @@ def agreement_bound(storage: str, reference: np.ndarray, weights: np.ndarray) ->
     return max(CPU_AGREEMENT_BOUND, AGREEMENT_UNITS * unit_roundoff(storage) * amplitude)
 
 
+@functools.cache
+def _cpu_reference(edge: int, steps: int, lattice: str, storage: str) -> np.ndarray:
+    """The XLA step's shear wave on the host CPU, made once for both kernels' rows."""
+    return _shear_wave(jax.devices("cpu")[0], edge, steps, lattice, storage, "xla")
+
+
 def cpu_agreement(
     edge: int = 32,
     steps: int = 100,
@@ -311,7 +321,7 @@ def cpu_agreement(
     """(max |f - f_cpu|, its bound) after ``steps`` steps of the bench's shear wave on
     ``edge``^3: ``kernel`` on the default device against the XLA step on the host CPU."""
     ours = _shear_wave(jax.devices()[0], edge, steps, lattice, storage, kernel)
-    cpu = _shear_wave(jax.devices("cpu")[0], edge, steps, lattice, storage, "xla")
+    cpu = _cpu_reference(edge, steps, lattice, storage)
     weights = LATTICES_BY_NAME[lattice].w
     return float(np.max(np.abs(ours - cpu))), agreement_bound(storage, cpu, weights)
 
@@ -369,6 +379,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--lattices", default=",".join(LATTICES), help="comma-separated")
     parser.add_argument("--storages", default=",".join(STORAGES), help="comma-separated")
     parser.add_argument("--kernels", default=",".join(KERNELS), help="comma-separated")
+    parser.add_argument("--parts", default=",".join(PARTS),
+                        help="comma-separated parts to run: throughput (2), agreement (3), "
+                        "determinism (4), scaling (5: the 2-device checks)")  # fmt: skip
     parser.add_argument("--largest", type=int, default=None,
                         help="edge of the pallas rows' largest cube (default: the largest that "
                         "fits in the device memory; none without a memory figure)")  # fmt: skip
@@ -379,6 +392,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args.lattices = _names(args.lattices, LATTICES, "--lattices")
     args.storages = _names(args.storages, STORAGES, "--storages")
     args.kernels = _names(args.kernels, KERNELS, "--kernels")
+    args.parts = _names(args.parts, PARTS, "--parts")
     return args
 
 
@@ -420,30 +434,36 @@ def main(argv: list[str] | None = None) -> int:
              if sheet else ""))  # fmt: skip
     if sheet and bandwidth > 1.05 * sheet:
         print("  the probe exceeds the datasheet: it is not measuring memory traffic")
-    print(f"throughput at {args.edge}^3 (float32 compute), kernels {', '.join(args.kernels)}:")
-    # on the CPU every run takes the same number of steps: one compiled program serves them
-    throughput_rows(args.edge, args.steps, args.repeats, memory, args.kernels, args.lattices,
-                    args.storages, args.largest, None if on_gpu else args.steps)  # fmt: skip
-    print(f"agreement with the CPU (XLA step on the host; shear wave {check_edge}^3, "
-          f"{check_steps} steps):")  # fmt: skip
-    failures = agreement_rows(args, check_edge, check_steps)
-    chunks = {k: deterministic_chunk(determinism_edge, check_steps, k) for k in args.kernels}
-    scatter_ok = deterministic_scatter()
-    failures += sum(not ok for ok in chunks.values()) + (not scatter_ok)
-    scatter = "bitwise" if scatter_ok else "DIFFERS (set --xla_gpu_deterministic_ops)"
-    per_kernel = ", ".join(f"{k} {'bitwise' if ok else 'DIFFERS'}" for k, ok in chunks.items())
-    print(f"determinism: fluid chunk {per_kernel}; scatter-add of contact forces {scatter}")
-    if len(jax.devices()) >= 2 and "pallas" in args.kernels:
-        diff = split_agreement(check_edge, check_steps)
-        ok = diff <= CPU_AGREEMENT_BOUND
-        failures += not ok
-        print(f"pallas on 2 devices (slabs along x, walls) against 1: max |f - f_one| "
-              f"{diff:.2e} ({'within' if ok else 'ABOVE'} {CPU_AGREEMENT_BOUND:.0e})")  # fmt: skip
-    if on_gpu and len(jax.devices()) >= 2:
-        print("scaling:")
-        scaling(args.edge)
-    elif on_gpu:
-        print("scaling: one GPU, no halo exchange to measure")
+    failures = 0
+    if "throughput" in args.parts:
+        print(f"throughput at {args.edge}^3 (float32 compute), kernels {', '.join(args.kernels)}:")
+        # on the CPU every run takes the same number of steps: one compiled program serves them
+        throughput_rows(args.edge, args.steps, args.repeats, memory, args.kernels, args.lattices,
+                        args.storages, args.largest, None if on_gpu else args.steps)  # fmt: skip
+    if "agreement" in args.parts:
+        print(f"agreement with the CPU (XLA step on the host; shear wave {check_edge}^3, "
+              f"{check_steps} steps):")  # fmt: skip
+        failures += agreement_rows(args, check_edge, check_steps)
+    if "determinism" in args.parts:
+        chunks = {k: deterministic_chunk(determinism_edge, check_steps, k) for k in args.kernels}
+        scatter_ok = deterministic_scatter()
+        failures += sum(not ok for ok in chunks.values()) + (not scatter_ok)
+        scatter = "bitwise" if scatter_ok else "DIFFERS (set --xla_gpu_deterministic_ops)"
+        per_kernel = ", ".join(f"{k} {'bitwise' if ok else 'DIFFERS'}" for k, ok in chunks.items())
+        print(f"determinism: fluid chunk {per_kernel}; scatter-add of contact forces {scatter}")
+    if "scaling" in args.parts:
+        if len(jax.devices()) >= 2 and "pallas" in args.kernels:
+            diff = split_agreement(check_edge, check_steps)
+            ok = diff <= CPU_AGREEMENT_BOUND
+            failures += not ok
+            verdict = "within" if ok else "ABOVE"
+            print(f"pallas on 2 devices (slabs along x, walls) against 1: max |f - f_one| "
+                  f"{diff:.2e} ({verdict} {CPU_AGREEMENT_BOUND:.0e})")  # fmt: skip
+        if on_gpu and len(jax.devices()) >= 2:
+            print("scaling:")
+            scaling(args.edge)
+        elif on_gpu:
+            print("scaling: one GPU, no halo exchange to measure")
     return 1 if failures else 0
 
 
