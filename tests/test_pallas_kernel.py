@@ -170,6 +170,17 @@ def _custom_calls(module) -> list:
     return calls
 
 
+def cuda_target():
+    """A context in which Pallas lowers for an H100 without a GPU present: JAX 0.11 asks the
+    abstract mesh's device for the compute capability (0.10 assumed 9.0 when none was
+    visible); the same Hopper target on both."""
+    device = jax.sharding.AbstractDevice(device_kind="NVIDIA H100", num_cores=None,
+                                         platform="gpu")  # fmt: skip
+    return jax.sharding.use_abstract_mesh(
+        jax.sharding.AbstractMesh((1,), ("lowering",), abstract_device=device)
+    )
+
+
 @pytest.mark.parametrize(
     "lattice, dtype, storage, walls, force",
     [("D3Q19", "float32", "float16", 2, True), ("D3Q27", "float64", None, 0, True)],
@@ -185,7 +196,9 @@ def test_lowers_for_the_gpu_in_place(lattice, dtype, storage, walls, force):
     state = initial_state(setup, np.ones(setup.shape), np.zeros((setup.lattice.d, *setup.shape)))
     chunk = jax.jit(make_pallas_chunk(setup, interpret=False), static_argnums=2,
                     donate_argnums=0)  # fmt: skip
-    lowered = chunk.trace(state, make_geometry(setup), 3).lower(lowering_platforms=("cuda",))
+    geometry = make_geometry(setup)  # eager: outside the abstract mesh, which runs no ops
+    with cuda_target():
+        lowered = chunk.trace(state, geometry, 3).lower(lowering_platforms=("cuda",))
     calls = _custom_calls(lowered.compiler_ir("stablehlo"))
     # even and odd sweeps in the loop, the last even sweep, the stream of the pairs
     assert [c.attributes["call_target_name"].value for c in calls] == ["__gpu$xla.gpu.triton"] * 4

@@ -53,7 +53,7 @@ def test_split_sweeps_lower_for_the_gpu_in_place():
     from jax._src.pallas.triton import lowering as triton_lowering
     from native_split_worker import random_state
     from test_native_kernel import _setup
-    from test_pallas_kernel import _custom_calls
+    from test_pallas_kernel import _custom_calls, cuda_target
 
     from solver.fluid.padded import SINGLE
     from solver.fluid.pallas_split import make_pallas_split_chunk
@@ -62,9 +62,9 @@ def test_split_sweeps_lower_for_the_gpu_in_place():
     setup = _setup("D3Q19", (6, 5, 4), "float32", "trt", 2, True)
     chunk = make_pallas_split_chunk(setup, setup.shape, SINGLE, interpret=False)
     jitted = jax.jit(chunk, static_argnums=2, donate_argnums=0)
-    lowered = jitted.trace(random_state(setup), make_geometry(setup), 3).lower(
-        lowering_platforms=("cuda",)
-    )
+    state, geometry = random_state(setup), make_geometry(setup)  # eager: outside the mesh
+    with cuda_target():
+        lowered = jitted.trace(state, geometry, 3).lower(lowering_platforms=("cuda",))
     calls = _custom_calls(lowered.compiler_ir("stablehlo"))
     # even and odd sweeps in the loop, the last even sweep, the stream of the pairs
     assert [c.attributes["call_target_name"].value for c in calls] == ["__gpu$xla.gpu.triton"] * 4
