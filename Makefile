@@ -41,13 +41,32 @@ system-packages:
 
 # The test extras. mpi4py and mpi4jax compile against the system MPI, so the `mpi` extra is
 # installed only where `mpicc` exists; without it the stamp is not written and the next run retries.
+# mpi4jax compiles against the XLA FFI headers of the jaxlib in pip's isolated build environment,
+# which is the newest jaxlib for this Python unless constrained: on Python 3.12 that was 0.12.1
+# beside an installed 0.11.2, and every MPI call failed to register (FFI API 0.5 against 0.4).
+# JAXLIB_PIN holds the build to the jaxlib that is installed (pip's --build-constraint: pip 26
+# no longer applies PIP_CONSTRAINT to build environments). Checked by importing mpi4jax after
+# the CPU back end is up (it registers its FFI targets then): an mpi4jax built against another
+# jaxlib (an older venv, or a wheel pip cached, keyed by the source archive alone) is rebuilt.
+JAXLIB_PIN = $(VENV)/jaxlib-constraint.txt
+define pin_jaxlib
+$(BIN)/python -c "import jaxlib; print('jaxlib==' + jaxlib.__version__)" > $(JAXLIB_PIN)
+endef
 $(TEST_STAMP): $(STAMP) pyproject.toml | system-packages
 	@extras=dev,slurm; \
 	if command -v mpicc >/dev/null; then extras=dev,slurm,mpi; fi; \
 	mkdir -p "$(MPI4JAX_CUDA_PATH)"; \
-	echo "pip install -e .[$$extras]"; \
-	CUDA_PATH="$(MPI4JAX_CUDA_PATH)" $(BIN)/python -m pip install --quiet -e ".[$$extras]" || exit 1; \
+	$(pin_jaxlib) || exit 1; \
+	echo "pip install -e .[$$extras] ($$(cat $(JAXLIB_PIN)))"; \
+	CUDA_PATH="$(MPI4JAX_CUDA_PATH)" $(BIN)/python -m pip install --quiet \
+		--build-constraint "$(JAXLIB_PIN)" -e ".[$$extras]" || exit 1; \
 	if [ $$extras = dev,slurm,mpi ]; then \
+		$(BIN)/python -c "import jax; jax.devices(); import mpi4jax" 2>/dev/null || { \
+			echo "mpi4jax does not load with this jaxlib: rebuilding it"; \
+			CUDA_PATH="$(MPI4JAX_CUDA_PATH)" $(BIN)/python -m pip install --quiet --no-cache-dir \
+				--build-constraint "$(JAXLIB_PIN)" --force-reinstall --no-deps \
+				--no-binary mpi4jax 'mpi4jax>=0.9,<0.10' || exit 1; \
+			$(BIN)/python -c "import jax; jax.devices(); import mpi4jax" || exit 1; }; \
 		touch $(TEST_STAMP); \
 	else \
 		echo "no MPI compiler (mpicc): mpi4py and mpi4jax not installed; the MPI tests skip"; \
@@ -94,12 +113,14 @@ test-long: $(TEST_STAMP)
 # CUDA (the test stamp's build has no CUDA extension and pip's wheel cache would keep it), then
 # checked: JAX's back end must be gpu and, where MPI exists, mpi4jax's CUDA extension must load.
 CUDA_PATH ?= /usr/local/cuda
+GPU_EXTRA ?= gpu
 gpu-install: $(STAMP)
-	$(BIN)/python -m pip install --quiet -e '.[dev,gpu]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,$(GPU_EXTRA)]'
 	@if command -v mpicc >/dev/null; then \
-		echo "building mpi4jax against CUDA_PATH=$(CUDA_PATH)"; \
+		$(pin_jaxlib) || exit 1; \
+		echo "building mpi4jax against CUDA_PATH=$(CUDA_PATH), $$(cat $(JAXLIB_PIN))"; \
 		CUDA_PATH="$(CUDA_PATH)" $(BIN)/python -m pip install --quiet --no-cache-dir \
-			--force-reinstall --no-deps --no-binary mpi4jax 'mpi4jax>=0.9,<0.10' || exit 1; \
+			--build-constraint "$(JAXLIB_PIN)" --force-reinstall --no-deps --no-binary mpi4jax 'mpi4jax>=0.9,<0.10' || exit 1; \
 		$(BIN)/python -c "from mpi4jax._src.xla_bridge import HAS_CUDA_EXT; \
 			assert HAS_CUDA_EXT, 'mpi4jax has no CUDA extension: set CUDA_PATH to the CUDA toolkit'"; \
 	fi
