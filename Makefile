@@ -52,6 +52,12 @@ JAXLIB_PIN = $(VENV)/jaxlib-constraint.txt
 define pin_jaxlib
 $(BIN)/python -c "import jaxlib; print('jaxlib==' + jaxlib.__version__)" > $(JAXLIB_PIN)
 endef
+# mpi4jax rebuilt from source against the pinned jaxlib and the CUDA_PATH given as $(1)
+define build_mpi4jax
+CUDA_PATH="$(1)" $(BIN)/python -m pip install --quiet --no-cache-dir \
+	--build-constraint "$(JAXLIB_PIN)" --force-reinstall --no-deps \
+	--no-binary mpi4jax 'mpi4jax>=0.9,<0.10'
+endef
 $(TEST_STAMP): $(STAMP) pyproject.toml | system-packages
 	@extras=dev,slurm; \
 	if command -v mpicc >/dev/null; then extras=dev,slurm,mpi; fi; \
@@ -63,9 +69,7 @@ $(TEST_STAMP): $(STAMP) pyproject.toml | system-packages
 	if [ $$extras = dev,slurm,mpi ]; then \
 		$(BIN)/python -c "import jax; jax.devices(); import mpi4jax" 2>/dev/null || { \
 			echo "mpi4jax does not load with this jaxlib: rebuilding it"; \
-			CUDA_PATH="$(MPI4JAX_CUDA_PATH)" $(BIN)/python -m pip install --quiet --no-cache-dir \
-				--build-constraint "$(JAXLIB_PIN)" --force-reinstall --no-deps \
-				--no-binary mpi4jax 'mpi4jax>=0.9,<0.10' || exit 1; \
+			$(call build_mpi4jax,$(MPI4JAX_CUDA_PATH)) || exit 1; \
 			$(BIN)/python -c "import jax; jax.devices(); import mpi4jax" || exit 1; }; \
 		touch $(TEST_STAMP); \
 	else \
@@ -119,8 +123,7 @@ gpu-install: $(STAMP)
 	@if command -v mpicc >/dev/null; then \
 		$(pin_jaxlib) || exit 1; \
 		echo "building mpi4jax against CUDA_PATH=$(CUDA_PATH), $$(cat $(JAXLIB_PIN))"; \
-		CUDA_PATH="$(CUDA_PATH)" $(BIN)/python -m pip install --quiet --no-cache-dir \
-			--build-constraint "$(JAXLIB_PIN)" --force-reinstall --no-deps --no-binary mpi4jax 'mpi4jax>=0.9,<0.10' || exit 1; \
+		$(call build_mpi4jax,$(CUDA_PATH)) || exit 1; \
 		$(BIN)/python -c "from mpi4jax._src.xla_bridge import HAS_CUDA_EXT; \
 			assert HAS_CUDA_EXT, 'mpi4jax has no CUDA extension: set CUDA_PATH to the CUDA toolkit'"; \
 	fi

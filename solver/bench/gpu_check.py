@@ -244,7 +244,7 @@ def throughput_rows(
                     except Exception as error:  # noqa: BLE001 - out of memory above all
                         # the estimate from the 256^3 program may miss the large one's buffers:
                         # say so and go on to the next row (a lease allows one run)
-                        first = str(error).strip().splitlines()[0][:200] if str(error) else ""
+                        first = (str(error).strip().splitlines() or [""])[0][:200]
                         print(f"  {lattice} {storage:>8} {kernel:>6} at {big}^3: FAILED "
                               f"({type(error).__name__}: {first})", flush=True)  # fmt: skip
                         continue
