@@ -126,15 +126,15 @@ def test_matrix_accepts_the_tested_combination() -> None:
 def test_matrix_rejects_pins_pairs_and_untested_combinations() -> None:
     matrix = load_matrix()
     problems, untested, entry = matrix_problems(_record(jax="0.9.0", jaxlib="0.9.0"), matrix)
-    assert "jax 0.9.0 outside the pin >=0.10.0,<0.11" in problems, problems
+    assert "jax 0.9.0 outside the pin >=0.10.0,<0.12" in problems, problems
     assert entry is None and untested.startswith("untested combination: platform cpu"), untested
     problems, _, _ = matrix_problems(_record(jaxlib="0.10.1"), matrix)
     assert problems == ["jax 0.10.2 with jaxlib 0.10.1 (they must be equal)"], problems
     problems, untested, _ = matrix_problems(_record(jax="0.10.1", jaxlib="0.10.1"), matrix)
     assert problems == [] and "jax 0.10.1, jaxlib 0.10.1" in untested, untested
-    problems, _, _ = matrix_problems(_record(jax="0.11.2", jaxlib="0.11.2"), matrix)
-    assert problems == ["jax 0.11.2 outside the pin >=0.10.0,<0.11",
-                        "jaxlib 0.11.2 outside the pin >=0.10.0,<0.11"], problems  # fmt: skip
+    problems, _, _ = matrix_problems(_record(jax="0.12.1", jaxlib="0.12.1"), matrix)
+    assert problems == ["jax 0.12.1 outside the pin >=0.10.0,<0.12",
+                        "jaxlib 0.12.1 outside the pin >=0.10.0,<0.12"], problems  # fmt: skip
 
 
 def test_mismatch_names_ranks_and_hosts() -> None:

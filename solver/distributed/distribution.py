@@ -37,6 +37,7 @@ from jax.sharding import PartitionSpec as P
 
 from solver.distributed.decomposition import Decomposition, choose_mesh
 from solver.distributed.halo import MpiHalo, XlaHalo
+from solver.distributed.manual import shard_map
 from solver.distributed.runtime import Runtime
 from solver.errors import ConfigError
 from solver.fluid.grid_field import SLAB_CELLS, GridField
@@ -198,7 +199,7 @@ class Distribution:
         geometry_spec = make_geometry(setup, lambda arr, dtype, lead, face: self._spec(lead, face))
 
         def chunk(state: FluidState, geometry: FluidGeometry, n: int):
-            mapped = jax.shard_map(
+            mapped = shard_map(
                 functools.partial(_call_chunk, local, n),
                 mesh=self.mesh,
                 in_specs=(state_spec, geometry_spec),
@@ -265,7 +266,7 @@ class Distribution:
         geometry_spec = make_geometry(setup, lambda arr, dtype, lead, face: self._spec(lead, face))
 
         def local(state, geometry, n, extra):
-            mapped = jax.shard_map(
+            mapped = shard_map(
                 lambda s, g, e: inner(s, g, n, e),
                 mesh=self.mesh,
                 in_specs=(state_spec, geometry_spec, P()),
@@ -294,7 +295,7 @@ class Distribution:
             halo = MpiHalo(self.decomposition, self.runtime.comm)
             return jax.jit(lambda f: first_values(exchange_ghosts(list(f), offsets, halo)))
         halo = XlaHalo(self.decomposition)
-        mapped = jax.shard_map(
+        mapped = shard_map(
             lambda f: first_values(exchange_ghosts(list(f), offsets, halo)),
             mesh=self.mesh,
             in_specs=(self._spec(1),),
@@ -636,7 +637,7 @@ def slab_chunk(setup: FluidSetup, devices: list) -> Callable:
     state_spec = FluidState(populations=P(None, *names), time=P())
 
     def chunk(state: FluidState, geometry: FluidGeometry, n: int):
-        return jax.shard_map(
+        return shard_map(
             functools.partial(_call_chunk, local, n),
             mesh=mesh,
             in_specs=(state_spec, make_geometry(setup, spec)),

@@ -72,7 +72,7 @@ def _inside(version: str, pin: str) -> bool:
 def matrix_problems(record: dict, matrix: dict) -> tuple[list[str], str | None, str | None]:
     """(problems, untested, entry) for one process's record.
 
-    problems: versions outside their pin (``jax 0.9.0 outside the pin >=0.10.0,<0.11``), and jax
+    problems: versions outside their pin (``jax 0.9.0 outside the pin >=0.10.0,<0.12``), and jax
     and jaxlib that differ. untested: a line saying which combination (platform, Python
     major.minor, the matrix's ``combination`` keys) equals no tested entry, else None. entry:
     the name of the tested entry it equals, else None.

@@ -55,6 +55,7 @@ from solver.distributed.bodies.layout import (
 )
 from solver.distributed.bodies.records import SubdomainState
 from solver.distributed.decomposition import AXIS_NAMES
+from solver.distributed.manual import shard_map
 from solver.errors import ConfigError
 
 COUPLING_KEYS = {
@@ -501,7 +502,7 @@ def owned_chunk(dist, setup, coupling, layout: BodyLayout) -> Callable:
         geometry_spec = make_geometry(setup, lambda arr, dtype, lead, face: dist._spec(lead, face))
 
         def local(state, geometry, n, extra):
-            mapped = jax.shard_map(
+            mapped = shard_map(
                 functools.partial(_inner, inner, n),
                 mesh=dist.mesh,
                 in_specs=(state_spec, geometry_spec, P()),

@@ -27,6 +27,7 @@ from solver.distributed.bodies.clump_slots import rows_per_slot
 from solver.distributed.bodies.layout import BodyLayout, overflow_lines, plan_layout
 from solver.distributed.bodies.records import SubdomainState
 from solver.distributed.bodies.step import SpatialDiagnostics, make_local_chunk, make_local_initial
+from solver.distributed.manual import shard_map
 
 OVERFLOW_KEYS = {
     "owned": "bodies.capacity",
@@ -156,7 +157,7 @@ def compile_initial(
 
     def initial(state: SubdomainState) -> SubdomainState:
         spec = _state_spec(state)
-        mapped = jax.shard_map(
+        mapped = shard_map(
             lambda s: local(s, params),
             mesh=mesh,
             in_specs=(spec,),
@@ -180,7 +181,7 @@ def compile_chunk(
     def chunk(state: SubdomainState, n: int, start):
         spec = _state_spec(state)
         diagnostics_spec = SpatialDiagnostics(*(P() for _ in SpatialDiagnostics._fields))
-        mapped = jax.shard_map(
+        mapped = shard_map(
             lambda s, go: local(s, n, params, go),
             mesh=mesh,
             in_specs=(spec, P()),
