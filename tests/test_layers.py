@@ -2,7 +2,9 @@
 
 - ``kernels`` imports nothing from ``solver`` (pure array functions);
 - only ``solver/distributed`` uses ``shard_map``, ``jax.distributed``, cross-process collectives
-  (``multihost_utils``), ``mpi4py`` or ``mpi4jax``;
+  (``multihost_utils``), ``mpi4py`` or ``mpi4jax``; and there every ``shard_map`` of a solver
+  state is ``solver.distributed.manual``'s (zero-size leaves kept out: JAX 0.11.2 crashes on
+  them), JAX's own only in that module and the canaries (single non-empty arrays);
 - no import cycles among the modules of ``solver`` and ``kernels``, counting imports inside
   functions too (a cycle hidden in a function is still a cycle); imports under
   ``if TYPE_CHECKING:`` never run and are left out;
@@ -110,6 +112,17 @@ def test_only_the_distribution_package_knows_processes_and_meshes():
         if hits:
             offenders[name] = hits
     assert not offenders, f"only solver/distributed may use {DISTRIBUTION_ONLY}: {offenders}"
+
+
+def test_shard_maps_of_states_keep_zero_size_arrays_out():
+    direct_allowed = {"solver.distributed.manual", "solver.distributed.canaries"}
+    offenders = sorted(
+        name
+        for name, (_, used) in GRAPH.items()
+        if "jax.shard_map" in used and name not in direct_allowed
+    )
+    assert not offenders, f"use solver.distributed.manual.shard_map in {offenders}"
+    assert "jax.shard_map" in GRAPH["solver.distributed.manual"][1]  # the check sees calls
 
 
 def test_no_import_cycles():
