@@ -3,7 +3,7 @@
 JAX 0.11.2 with its default Shardy partitioner crashes the process (a segmentation fault in
 Shardy's ``ManualComputationUnusedInputsPattern``, while compiling) whenever a zero-size
 array enters a ``shard_map`` body that uses it: an argument returned as it is or computed
-with, or a closed-over one. Ten lines show it (docs/performance.md, "JAX 0.11"):
+with, or a closed-over one. Four lines show it (docs/performance.md, "JAX 0.11"):
 
     mesh = Mesh(np.array(jax.devices()[:2]), ("x",))
     f = jax.jit(jax.shard_map(lambda a, z: (a * 2, z), mesh=mesh,
