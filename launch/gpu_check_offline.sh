@@ -9,11 +9,11 @@
 # and runs `python -m solver.bench gpu-check` in parts, the issue's headline first (D3Q19 float32
 # and float16 throughput), each under its own time limit inside a total budget, so that a short
 # lease still returns the most important figures and a part that hangs costs only its own limit.
-# Between them the preflight (report in OUT_DIR/preflight/) and this GPU's canary checksums
-# (OUT_DIR/canary.json, to commit as data/preflight/canary.json); last the Pallas kernel's tests
-# against the XLA step, on the GPU (they run interpreted on CPUs in `make test`). Everything is
-# logged to OUT_DIR/gpu_check.log; a summary of the result lines comes last. Exit status: 0 when
-# every part ran and passed, else 1.
+# Then the Pallas kernel's tests against the XLA step, on the GPU (they run interpreted on CPUs in
+# `make test`), and last the preflight (report in OUT_DIR/preflight/) and this GPU's canary
+# checksums (OUT_DIR/canary.json, to commit as data/preflight/canary.json). Everything is logged
+# to OUT_DIR/gpu_check.log; a summary of the result lines comes last. Exit status: 0 when every
+# part ran and passed, else 1.
 #
 # Environment: PYTHON (python3), WHEELS (.whl), BUDGET_S (total seconds, 540), GPU_CHECK_ARGS
 # (added to every gpu-check call: --allow-cpu rehearses the script on a CPU), GPU_TESTS (1; 0
@@ -89,13 +89,6 @@ print('python', sys.version.split()[0], '| jax', jax.__version__, '| numpy', num
     # then the agreement with the CPU and determinism, then D3Q27 and bfloat16
     part headline 240 gpu-check --lattices D3Q19 --storages float32,float16 --parts throughput
     part agreement 150 gpu-check --lattices D3Q19 --parts agreement,determinism
-    # the preflight's GPU path (CUDA runtime, cuDNN, NCCL and driver versions, the device, the
-    # numerical canary: no checksum is stored for a GPU yet, so it warns), then this GPU's canary
-    # checksums recorded into a copy of data/preflight/canary.json that comes back in OUT
-    part preflight 90 "$PY" -m solver.preflight --out "$out/preflight" --allow-untested
-    part canaries 90 bash -c 'for lattice in d2q9 d3q19 d3q27; do
-        "$1" -m solver.preflight --record-canary fluid=$lattice || exit 1; done
-        cp data/preflight/canary.json "$2/canary.json"' _ "$PY" "$out"
     part d3q27 180 gpu-check --lattices D3Q27 --storages float32,float16 --parts throughput,agreement
     part bfloat16 120 gpu-check --storages bfloat16 --parts throughput
     if [ "$("$PY" -c 'import jax; print(len(jax.devices()))')" -ge 2 ]; then
@@ -108,6 +101,13 @@ print('python', sys.version.split()[0], '| jax', jax.__version__, '| numpy', num
             -p no:cacheprovider -m "not slurm" -o addopts="" tests/test_pallas_kernel.py \
             -k "equals or compose or lowers"
     fi
+    # last, the preflight's GPU path (CUDA runtime, cuDNN, NCCL and driver versions, the device,
+    # the numerical canary: no checksum is stored for a GPU yet, so it warns), then this GPU's
+    # canary checksums, recorded into the node's data/preflight/canary.json and copied to OUT
+    part preflight 90 "$PY" -m solver.preflight --out "$out/preflight" --allow-untested
+    part canaries 90 bash -c 'for lattice in d2q9 d3q19 d3q27; do
+        "$1" -m solver.preflight --record-canary case=taylor_green fluid=$lattice || exit 1; done
+        cp data/preflight/canary.json "$2/canary.json"' _ "$PY" "$out"
 
     echo
     echo "summary ($SECONDS s of a ${budget} s budget; the whole log: $log)"
