@@ -14,9 +14,10 @@ import sys
 from solver_cli import ROOT
 
 CHILD = r"""
-import json, re
+import json
 import jax, jax.numpy as jnp, numpy as np
 from jax.sharding import PartitionSpec as P
+from lowered_ir import manual_signatures, zero_size
 from solver.distributed.manual import shard_map
 
 mesh = jax.sharding.Mesh(np.array(jax.devices()).reshape(2, 1), ("x", "y"))
@@ -38,15 +39,7 @@ plain = jax.jit(jax.shard_map(body, mesh=mesh, **specs))
 
 
 def manual_types(fn):
-    # the operand and result types of the manual computation in the lowered module
-    text = fn.lower(a, tree, cols).as_text()
-    lines = [line for line in text.splitlines() if "sdy.manual_computation" in line]
-    ends = [line for line in text.splitlines() if line.strip().startswith("} : (")]
-    return lines + ends
-
-
-def has_empty(lines):
-    return any(re.search(r"tensor<([0-9]+x)*0x", line) for line in lines)
+    return manual_signatures(fn.lower(a, tree, cols).as_text())
 
 
 got = ours(a, tree, cols)
@@ -61,8 +54,8 @@ meta_want = [(list(x.shape), str(x.dtype)) for x in jax.tree.leaves(want)]
 equal = all(np.array_equal(x, y) for x, y in zip(jax.tree.leaves(got), jax.tree.leaves(want)))
 print(json.dumps({
     "same_tree": same_tree, "equal": equal, "values": values, "meta": meta,
-    "meta_want": meta_want, "ours_empty": has_empty(ours_lines),
-    "plain_empty": has_empty(plain_lines), "manual": len(ours_lines), "jax": jax.__version__,
+    "meta_want": meta_want, "ours_empty": zero_size(ours_lines),
+    "plain_empty": zero_size(plain_lines), "manual": len(ours_lines), "jax": jax.__version__,
 }))
 """
 
@@ -72,7 +65,7 @@ def test_zero_size_leaves_stay_out_and_come_back_as_jax_shard_map_gives_them() -
         **os.environ,
         "JAX_PLATFORMS": "cpu",
         "XLA_FLAGS": "--xla_force_host_platform_device_count=2",
-        "PYTHONPATH": str(ROOT),
+        "PYTHONPATH": f"{ROOT}:{ROOT / 'tests'}",
     }
     done = subprocess.run(
         [sys.executable, "-c", CHILD], cwd=ROOT, env=env, capture_output=True, text=True,
