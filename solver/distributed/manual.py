@@ -15,7 +15,8 @@ the bodies are replicated, so that checkpoints keep one tree structure). A zero-
 holds no values, so nothing is lost by leaving it out: ``shard_map`` here passes the others
 through ``jax.shard_map`` and makes the empty ones again, with the same shape and dtype,
 inside the body (each shard's shape) and after it (the global shape). Closed-over zero-size
-constants are not caught; the solver's bodies close over none.
+constants are not caught here; the solver's bodies close over none, which
+tests/test_coupling_native.py checks on the lowered modules of a coupled run on two slabs.
 """
 
 from __future__ import annotations
