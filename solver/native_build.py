@@ -1,5 +1,6 @@
-"""Native CPU kernels: compiled once per machine with its own g++, registered with XLA as FFI
-targets (the fluid's kernels/native/lb_inplace.cc, the bodies' kernels/native/dem_spheres.cc).
+"""Native kernels: compiled once per machine with its own g++ (or nvcc), registered with XLA as
+FFI targets (the fluid's kernels/native/lb_inplace.cc and, for GPUs, lb_gpu.cu; the bodies'
+kernels/native/dem_spheres.cc).
 
 A kernel is a C++ source compiled against the XLA FFI headers that ship with jaxlib, with the
 machine's g++ (``-O3 -march=native -ffp-contract=off -fopenmp``), into a directory
@@ -41,13 +42,13 @@ class NativeBuildError(RuntimeError):
     """A native kernel could not be built (no compiler, or a compile error)."""
 
 
-def build_directory(*parts: bytes) -> Path:
+def build_directory(*parts: bytes, flags: Sequence[str] = FLAGS) -> Path:
     """The directory of the libraries built from ``parts`` (the source and what is generated
-    for it), the flags and this jax/jaxlib: ``<base>/<16 hex digits>``."""
+    for it) with ``flags`` and this jax/jaxlib: ``<base>/<16 hex digits>``."""
     root = os.environ.get("SOLVER_NATIVE_DIR")
     base = Path(root) if root else REPOSITORY / "build" / "native"
     digest = hashlib.sha256()
-    for part in (*parts, " ".join(FLAGS).encode(),
+    for part in (*parts, " ".join(flags).encode(),
                  jax.lib.__version__.encode() if hasattr(jax.lib, "__version__") else b"",
                  jax.__version__.encode()):  # fmt: skip
         digest.update(part)
@@ -60,15 +61,19 @@ def compile_library(
     defines: Sequence[str] = (),
     generated: Mapping[str, str] | None = None,
     verbose: bool = False,
+    compiler: str | None = None,
+    flags: Sequence[str] = FLAGS,
 ) -> Path:
     """``library`` (a path inside a ``build_directory``), compiled from ``source`` with the
     macros ``defines`` ("NAME=VALUE") when missing; ``generated`` files (name -> text) are
-    written beside it first and are on the include path."""
+    written beside it first and are on the include path. ``compiler`` (a name or path; None:
+    $CXX or g++) is called with ``flags``."""
     if library.exists():
         return library
-    compiler = shutil.which(os.environ.get("CXX", "g++"))
+    name = compiler or os.environ.get("CXX", "g++")
+    compiler = shutil.which(name)
     if compiler is None:
-        raise NativeBuildError(f"no C++ compiler (g++ or $CXX) to build {source.name}")
+        raise NativeBuildError(f"no compiler {name!r} to build {source.name}")
     target_dir = library.parent
     target_dir.mkdir(parents=True, exist_ok=True)
     with open(library.with_name(library.name + ".lock"), "w") as lock:
@@ -84,7 +89,7 @@ def compile_library(
                 partial.write_text(text)
                 partial.replace(path)
         partial = library.with_suffix(".partial")
-        command = [compiler, *FLAGS, f"-I{jax.ffi.include_dir()}", f"-I{target_dir}",
+        command = [compiler, *flags, f"-I{jax.ffi.include_dir()}", f"-I{target_dir}",
                    *(f"-D{d}" for d in defines), str(source), "-o", str(partial)]  # fmt: skip
         if verbose:
             print(" ".join(command), file=sys.stderr)
@@ -111,8 +116,9 @@ def load(library: Path) -> ctypes.CDLL:
 
 
 @cache
-def register(name: str, library: Path, symbol: str) -> str:
-    """Register ``symbol`` of ``library`` as the CPU FFI target ``name`` (once); the name."""
+def register(name: str, library: Path, symbol: str, platform: str = "cpu") -> str:
+    """Register ``symbol`` of ``library`` as the FFI target ``name`` of ``platform`` ("cpu",
+    or "CUDA" for a GPU kernel) once; the name."""
     handler = getattr(load(library), symbol)
-    jax.ffi.register_ffi_target(name, jax.ffi.pycapsule(handler), platform="cpu")
+    jax.ffi.register_ffi_target(name, jax.ffi.pycapsule(handler), platform=platform)
     return name

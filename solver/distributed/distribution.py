@@ -158,6 +158,8 @@ class Distribution:
             local = make_pallas_chunk(setup)
         elif setup.kernel == "pallas":  # slabs along x (checked by require_kernel)
             local = self._pallas_split_chunk(setup)
+        elif setup.kernel == "cuda":  # one device (checked by require_kernel)
+            local = make_inplace_chunk(setup, "cuda")
         elif self.backend == "single":
             local = make_chunk(setup)
         elif self.backend == "mpi":

@@ -28,12 +28,12 @@ COLLISIONS = ("bgk", "trt", "regularized", "kbc")
 KBC_LATTICES = ("D2Q9", "D3Q27")
 LES_MODELS = ("none", "smagorinsky")
 # fluid.kernel: the pure-JAX step on two ghost-padded buffers, or an in-place kernel on one
-# buffer: native for the CPU (kernels/native/lb_inplace.cc), pallas for the GPU
-# (kernels/pallas_lb.py); both one device, BGK/TRT, walls and body forces
-KERNELS = ("xla", "native", "pallas")
+# buffer: native for the CPU (kernels/native/lb_inplace.cc), pallas (kernels/pallas_lb.py) and
+# cuda (kernels/native/lb_gpu.cu) for the GPU; BGK/TRT, walls and body forces
+KERNELS = ("xla", "native", "pallas", "cuda")
 NATIVE_COLLISIONS = ("bgk", "trt")  # the collisions of both one-buffer kernels
 # the 16-bit storages each one-buffer kernel keeps (besides f in the compute precision)
-KERNEL_STORAGES = {"native": ("float16",), "pallas": ("float16", "bfloat16")}
+KERNEL_STORAGES = {"native": ("float16",), "pallas": ("float16", "bfloat16"), "cuda": ("float16",)}
 INFLOWS = ("parabolic", "uniform")
 # case.inlet / case.outlet -> OpenBoundary.kind
 INLETS = {"extrapolation": "velocity", "bounce_back": "velocity_bounce_back"}

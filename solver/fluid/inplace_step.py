@@ -47,12 +47,15 @@ COLLISIONS = ("bgk", "trt")
 ONE_BUFFER_KERNELS = {
     "native": ("the native kernel", KERNEL_STORAGES["native"]),
     "pallas": ("the Pallas kernel", KERNEL_STORAGES["pallas"]),
+    "cuda": ("the CUDA kernel", KERNEL_STORAGES["cuda"]),
 }
+# the CUDA kernel's launch grid holds the grid's x and y (kernels/native/lb_gpu.cu)
+CUDA_MAX_EXTENT = 65535
 
 
 def unsupported(setup: FluidSetup, kernel: str = "native") -> str | None:
-    """Why the one-buffer ``kernel`` ("native" or "pallas") cannot run ``setup`` (one line),
-    or None when it can. Both cover the same physics (module docstring)."""
+    """Why the one-buffer ``kernel`` ("native", "pallas" or "cuda") cannot run ``setup`` (one
+    line), or None when it can. All cover the same physics (module docstring)."""
     name, shifted = ONE_BUFFER_KERNELS[kernel]
     if setup.collision not in COLLISIONS:
         return f"collision {setup.collision!r} ({name} has {' and '.join(COLLISIONS)})"
@@ -70,6 +73,9 @@ def unsupported(setup: FluidSetup, kernel: str = "native") -> str | None:
         return "symmetry planes (their ghosts mirror the edge planes in the XLA step)"
     if kernel == "pallas" and setup.cells > PALLAS_MAX_CELLS:
         return f"{setup.cells} cells (the Pallas kernel indexes at most {PALLAS_MAX_CELLS})"
+    if kernel == "cuda" and max(kernel_grid(setup)[:2]) > CUDA_MAX_EXTENT:
+        extent = CUDA_MAX_EXTENT
+        return f"a grid of {setup.shape} (the CUDA kernel takes x and y extents <= {extent})"
     return None
 
 
@@ -91,14 +97,19 @@ def require_kernel(
         reason = f"the {backend} back end (the native kernel is a CPU kernel)"
     if reason is None and kernel == "pallas" and backend not in ("cpu", "gpu"):
         reason = f"the {backend} back end (the Pallas kernel is a Triton kernel for GPUs)"
+    if reason is None and kernel == "cuda" and backend not in ("cpu", "gpu"):
+        reason = f"the {backend} back end (the CUDA kernel runs on NVIDIA GPUs)"
+    if reason is None and kernel == "cuda" and shards > 1:
+        reason = f"{shards} devices (the CUDA kernel runs on one device)"
     if reason is None and shards > 1 and (mesh is None or any(m > 1 for m in mesh[1:])):
         shown = "x".join(str(m) for m in mesh) if mesh else str(shards)
         reason = (
             f"a mesh of {shards} devices split as {shown} (the one-buffer kernels split the x "
             "axis only: domain.mesh=slab)"
         )
-    if reason is None and coupled and kernel == "pallas":
-        reason = "bodies in the fluid (the Pallas kernel has no coupled collision)"
+    if reason is None and coupled and kernel in ("pallas", "cuda"):
+        name = ONE_BUFFER_KERNELS[kernel][0]
+        reason = f"bodies in the fluid ({name} has no coupled collision)"
     if reason is not None:
         raise ConfigError("fluid.kernel", kernel, f"xla for {reason}")
 
@@ -230,20 +241,31 @@ def kernel_attributes(setup: FluidSetup, walls: bool) -> dict:
 
 
 def make_inplace_chunk(
-    setup: FluidSetup,
+    setup: FluidSetup, kernel: str = "native", block: int | None = None
 ) -> Callable[[FluidState, FluidGeometry, int], tuple[FluidState, Array]]:
     """chunk(state, geometry, n) -> (state after n steps, forces (n, force_width) of zeros),
     the signature of ``solver.fluid.step.make_chunk`` on one device.
 
+    ``kernel``: "native" (the CPU kernel) or "cuda" (kernels/native/lb_gpu.cu: the same
+    scheme, arguments and results on a GPU; its CPU emulation on the CPU back end), with
+    ``block`` threads per CUDA block along z (None: solver.fluid.cuda.BLOCK).
+
     Raises:
         ValueError: the kernel does not cover the setup (``unsupported``).
     """
-    reason = unsupported(setup, "native")
+    reason = unsupported(setup, kernel)
     if reason is not None:
-        raise ValueError(f"fluid.kernel=native does not support {reason}")
+        raise ValueError(f"fluid.kernel={kernel} does not support {reason}")
     lat, dtype = setup.lattice, jnp.dtype(setup.dtype)
     stored = jnp.dtype(setup.storage_dtype)
-    target = target_name(lat, stored)
+    extra = {}
+    if kernel == "cuda":
+        from solver.fluid import cuda
+
+        target = cuda.target_name(lat, stored)
+        extra["block"] = np.int64(cuda.BLOCK if block is None else block)
+    else:
+        target = target_name(lat, stored)
     has_solid = setup.solid is not None and bool(np.any(setup.solid))
     slots, ladd = solid_links(setup) if has_solid else (np.zeros((0, 2), np.int64), np.zeros(0))
     # the kernel's grid is 3D: a 2D force (F_x, F_y) acts along its axes (x, z)
@@ -251,7 +273,7 @@ def make_inplace_chunk(
 
     def chunk(state: FluidState, geometry: FluidGeometry, n: int):
         t0 = state.time
-        shift = plane_shift(setup, n)
+        shift = plane_shift(setup, n) if kernel == "native" else 0  # a CPU cache remedy
         forces = jnp.zeros((1, 3), dtype)
         if setup.body_force is not None:
             times = t0 + jnp.arange(n, dtype=jnp.int32)
@@ -273,6 +295,7 @@ def make_inplace_chunk(
             steps=np.int64(n),
             shift=np.int64(shift),
             **kernel_attributes(setup, has_solid),
+            **extra,
         )
         new_state = FluidState(populations=populations, time=t0 + n)
         return new_state, jnp.zeros((n, setup.force_width), dtype)

@@ -170,10 +170,11 @@ def estimate(
         device += local + padded
     if footprint.wall_velocity:
         device += itemsize * d * (local + padded)
-    if getattr(config.fluid, "kernel", "xla") == "native":
-        # the in-place kernel holds the state alone (aliased in and out), the solid mask and
-        # its wall links (16 bytes of slots and one Ladd term each; at most q - 1 per fluid
-        # node next to a wall: counted as if one node in eight were)
+    if getattr(config.fluid, "kernel", "xla") in ("native", "cuda"):
+        # the in-place kernels (the CPU's, and its scheme on GPUs) hold the state alone
+        # (aliased in and out), the solid mask and its wall links (16 bytes of slots and one
+        # Ladd term each; at most q - 1 per fluid node next to a wall: counted as if one node
+        # in eight were)
         device = stored * q * local
         if footprint.solid:
             device += local + (16 + itemsize) * (q - 1) * local // 8

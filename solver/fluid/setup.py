@@ -23,7 +23,7 @@ CURVED_WALL_RULES = ("linear", "quadratic")
 # the operators that need the tensor-product lattices D2Q9 and D3Q27 (q = 3^d)
 TENSOR_PRODUCT_COLLISIONS = ("kbc",)
 LES_MODELS = ("none", "smagorinsky")
-KERNELS = ("xla", "native", "pallas")
+KERNELS = ("xla", "native", "pallas", "cuda")
 # OpenBoundary.kind: the inlets prescribe a velocity, the outlets a density or an outflow
 INLET_KINDS = ("velocity", "velocity_bounce_back")
 OUTLET_KINDS = ("pressure", "pressure_anti_bounce_back", "convective", "characteristic")
@@ -138,8 +138,9 @@ class FluidSetup:
             rate follows); not with KBC.
         les_cs: the Smagorinsky constant C_s (> 0), used with les = "smagorinsky".
         kernel: "xla" (the pure-JAX step, solver/fluid/step.py), "native" (the in-place CPU
-            kernel on one buffer, solver/fluid/inplace_step.py; one device) or "pallas" (the
-            in-place GPU kernel on one buffer, solver/fluid/pallas_step.py; one device).
+            kernel on one buffer, solver/fluid/inplace_step.py), "pallas" (the in-place GPU
+            kernel on one buffer, solver/fluid/pallas_step.py) or "cuda" (the CPU kernel's
+            scheme for GPUs, kernels/native/lb_gpu.cu; one device).
         solid: (*shape) bool, True on solid nodes. Domain edges are periodic, so walls at the
             box edges are solid layers.
         wall_velocity: (d, *shape) lattice velocity of solid nodes (moving walls, Ladd's rule);
