@@ -219,7 +219,7 @@ def test_unsupported_set_ups_are_config_errors():
     for bad in (
         {"kernel": "native", "collision": "regularized"},
         {"kernel": "native", "storage": "bfloat16"},
-        {"kernel": "cuda"},
+        {"kernel": "warp"},
     ):
         with pytest.raises(ConfigError, match="fluid.kernel"):
             parse_fluid(fluid(**bad))

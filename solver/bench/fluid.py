@@ -4,7 +4,7 @@
                            [--sizes 64,128] [--steps 10] [--case periodic|walls|both]
                            [--repeats 5] [--json PATH] [--les none|smagorinsky]
                            [--collisions bgk,trt,regularized,kbc]
-                           [--storages float32,float16,bfloat16] [--kernels xla,native,pallas]
+                           [--storages float32,float16,bfloat16] [--kernels xla,native,pallas,cuda]
     python -m solver.bench scaling ...   (weak and strong scaling: see solver/bench/scaling.py)
     python -m solver.bench checkpoint ...   (cost of checkpoints: see solver/bench/checkpoint.py)
     python -m solver.bench bodies ...   (rigid-body step throughput: see solver/bench/bodies.py)
@@ -36,7 +36,9 @@ Kernels: ``--kernels`` (default xla) adds one row per step implementation: ``xla
 step on two ghost-padded buffers, ``native`` the in-place CPU kernel on one buffer
 (solver/fluid/inplace_step.py; BGK/TRT, stored as computed or in float16: other rows are left
 out), ``pallas`` the fused GPU kernel on one buffer (solver/fluid/pallas_step.py; BGK/TRT, stored
-as computed, in float16 or bfloat16; on the CPU it runs interpreted, for tests only). All rows
+as computed, in float16 or bfloat16; on the CPU it runs interpreted, for tests only), ``cuda``
+the native kernel's scheme for GPUs (kernels/native/lb_gpu.cu; BGK/TRT, stored as computed or
+in float16; on the CPU its emulation, for tests only). All rows
 of a size run in the same process with the copy bandwidth measured alongside, so their MLUPS,
 roofline fractions and bytes per cell compare directly.
 
@@ -172,6 +174,17 @@ def initial_fields(setup: FluidSetup) -> tuple[np.ndarray, np.ndarray]:
     return np.ones(shape), velocity
 
 
+def chunk_maker(kernel: str) -> Callable[[FluidSetup], Callable]:
+    """make(setup) -> chunk(state, geometry, n) of ``kernel`` (xla, native, pallas, cuda) on one
+    device."""
+    makers = {
+        "native": make_inplace_chunk,
+        "pallas": make_pallas_chunk,
+        "cuda": lambda setup: make_inplace_chunk(setup, "cuda"),
+    }
+    return makers.get(kernel, fluid_step.make_chunk)
+
+
 def _compile_chunk(
     setup: FluidSetup, steps: int
 ) -> tuple[Callable[[Any], Any], Any, jax.stages.Compiled]:
@@ -179,8 +192,7 @@ def _compile_chunk(
 
     Works with both chunk(state, n) and chunk(state, geometry, n).
     """
-    makers = {"native": make_inplace_chunk, "pallas": make_pallas_chunk}
-    chunk = makers.get(setup.kernel, fluid_step.make_chunk)(setup)
+    chunk = chunk_maker(setup.kernel)(setup)
     density, velocity = initial_fields(setup)
     state = fluid_step.initial_state(setup, density, velocity)
     stored = setup.storage_dtype
@@ -343,8 +355,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help=f"comma-separated: {','.join(STORAGES)} (default: the precision; "
                         f"{' and '.join(SHIFTED)} with float32 only)")  # fmt: skip
     parser.add_argument("--kernels", default="xla",
-                        help=f"comma-separated: {','.join(KERNELS)} (default xla; native and "
-                        "pallas: the one-buffer kernels, BGK/TRT rows only)")  # fmt: skip
+                        help=f"comma-separated: {','.join(KERNELS)} (default xla; native, "
+                        "pallas and cuda: the one-buffer kernels, BGK/TRT rows only)")  # fmt: skip
     args = parser.parse_args(argv)
     args.storages = [c.lower() for c in _csv(args.storages)]
     args.kernels = [c.lower() for c in _csv(args.kernels)]

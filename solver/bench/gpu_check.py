@@ -7,9 +7,11 @@ on this device (issue 16):
    value, so XLA cannot fuse its iterations into one pass and overstate the roofline), compared
    with the datasheet where the device is known;
 2. per lattice (D3Q19, D3Q27), storage type and kernel (``xla`` the pure-JAX step, ``pallas`` the
-   fused one-buffer kernel, fluid.kernel=pallas): MLUPS at 256^3, % of the copy roofline, peak
+   fused one-buffer kernel in Pallas/Triton, fluid.kernel=pallas, ``cuda`` the native kernel's
+   scheme in CUDA, fluid.kernel=cuda): MLUPS at 256^3, % of the copy roofline, peak
    bytes per cell from XLA's memory analysis and the largest cube that fits in the device memory;
-   the pallas rows run again at that cube (a fluid at rest built on the device; fewer steps);
+   the one-buffer kernels' rows run again at that cube (a fluid at rest built on the device;
+   fewer steps);
    the goals of the issue (D3Q19 float32 >= 80 % of the copy bandwidth and above FluidX3D's
    23,056 MLUPS; 16-bit storage above 36,610) marked met or not;
 3. agreement with the CPU: a short run of the bench's shear wave (32^3, 100 steps) per lattice,
@@ -19,7 +21,10 @@ on this device (issue 16):
    forces twice (XLA:GPU's atomics reorder sums unless ``--xla_gpu_deterministic_ops`` is set);
 5. with two or more GPUs: the Pallas kernel on two devices (slabs along x) against one, and the
    scaling benchmark (halo exchange time, weak scaling 1 -> N), for the XLA step and for the
-   Pallas kernel on slabs along x.
+   Pallas kernel on slabs along x;
+6. the CUDA kernel's (fluid.kernel=cuda) throughput per threads-per-block choice.
+The CUDA kernel's agreement also compares it with the native CPU kernel on the host, which
+shares its per-cell code and rounding: expected to be the same bits.
 
 Exit status 0 when every check ran (goals missed are reported, not failures), 1 when the CPU
 agreement or determinism fails, 2 without a GPU (``--allow-cpu`` runs it on the CPU at a small
@@ -59,10 +64,14 @@ CPU_AGREEMENT_BOUND = 1e-5
 AGREEMENT_UNITS = 64
 STORAGES = ("float32", "float16", "bfloat16")
 LATTICES = ("D3Q19", "D3Q27")
-KERNELS = ("xla", "pallas")  # the pure-JAX step and the fused GPU kernel (fluid.kernel=pallas)
+# the pure-JAX step and the two one-buffer GPU kernels: Pallas/Triton (fluid.kernel=pallas) and
+# the native kernel's scheme in CUDA (fluid.kernel=cuda)
+KERNELS = ("xla", "pallas", "cuda")
 # what a run measures; a device script with a short lease runs them in several calls, the
 # headline first (launch/gpu_check_offline.sh)
-PARTS = ("throughput", "agreement", "determinism", "scaling")
+PARTS = ("throughput", "agreement", "determinism", "scaling", "tuning")
+# the CUDA kernel's threads per block along z that the tuning part times
+BLOCKS = (64, 128, 256, 512)
 
 
 def copy_bandwidth(n_bytes: int, iterations: int) -> float:
@@ -123,6 +132,13 @@ def _storage_kwargs(storage: str) -> dict | None:
     return None
 
 
+def kernel_stores(kernel: str, storage: str) -> bool:
+    """Whether ``kernel`` keeps the populations in ``storage`` with float32 compute."""
+    from solver.fluid.config import KERNEL_STORAGES
+
+    return storage == "float32" or storage in KERNEL_STORAGES.get(kernel, (storage,))
+
+
 def largest_cube(memory: float | None, per_cell: float) -> int | None:
     """The edge of the largest cube whose ``per_cell`` bytes fit in 90 % of ``memory``."""
     if not memory or not per_cell or not np.isfinite(per_cell):
@@ -146,17 +162,27 @@ def rest_state(setup) -> fluid_step.FluidState:
 
 
 def largest_cube_row(
-    lattice: str, storage: str, edge: int, steps: int, repeats: int, copy_run, kernel: str
+    lattice: str,
+    storage: str,
+    edge: int,
+    steps: int,
+    repeats: int,
+    copy_run,
+    kernel: str,
+    block: int | None = None,
 ) -> dict:
     """MLUPS, % of copy and bytes per cell of ``kernel`` on a periodic cube of ``edge``^3 at
-    rest (the bench's timing, without its host-built shear wave)."""
+    rest (the bench's timing, without its host-built shear wave); ``block``: the CUDA kernel's
+    threads per block (None: its default)."""
     import statistics
 
-    from solver.fluid.pallas_step import make_pallas_chunk
+    from solver.fluid.inplace_step import make_inplace_chunk
 
     setup = fluid_bench.build_setup(lattice, "float32", "periodic", edge, storage=storage,
                                     kernel=kernel)  # fmt: skip
-    make = make_pallas_chunk if kernel == "pallas" else fluid_step.make_chunk
+    make = fluid_bench.chunk_maker(kernel)
+    if kernel == "cuda" and block is not None:
+        make = functools.partial(make_inplace_chunk, kernel="cuda", block=block)
     state, geometry = rest_state(setup), fluid_step.make_geometry(setup)
     compiled = (
         jax.jit(make(setup), static_argnums=2, donate_argnums=0)
@@ -197,7 +223,7 @@ def throughput_rows(
     largest_steps: int | None = None,
 ) -> list[dict]:
     """Per lattice, storage and kernel: the bench's row at ``edge``^3 and the largest cube that
-    fits (estimated from its bytes per cell); the pallas rows also run at that cube
+    fits (estimated from its bytes per cell); the one-buffer kernels' rows also run at that cube
     (``largest`` overrides its edge), with ``largest_steps`` per chunk (default steps / 5: a
     chunk of the largest cube takes seconds)."""
     copy_run = fluid_bench.measure_copy("float32")
@@ -209,6 +235,8 @@ def throughput_rows(
                 print(f"  {lattice} {storage}: storage type not in this build, skipped")
                 continue
             for kernel in kernels:
+                if not kernel_stores(kernel, storage):
+                    continue
                 r = fluid_bench.bench_one(lattice, "float32", "periodic", edge, steps, repeats,
                                           copy_run, kernel=kernel, **kwargs)  # fmt: skip
                 per_cell = r.peak_bytes_per_cell
@@ -236,7 +264,7 @@ def throughput_rows(
                     flush=True,
                 )
                 big = largest if largest is not None else fits
-                if kernel == "pallas" and big:
+                if kernel != "xla" and big:
                     big_steps = largest_steps or max(2, steps // 5)
                     try:
                         b = largest_cube_row(lattice, storage, big, big_steps, repeats, copy_run,
@@ -268,15 +296,15 @@ def _shear_wave(
     lattice: str = "D3Q19",
     storage: str = "float32",
     kernel: str = "xla",
+    case: str = "periodic",
 ) -> np.ndarray:
-    """The bench's shear wave after ``steps`` steps of ``kernel`` on ``device``: the decoded
-    populations f (q, *shape), float32."""
-    from solver.fluid.pallas_step import make_pallas_chunk
-
-    setup = fluid_bench.build_setup(lattice, "float32", "periodic", edge, storage=storage,
+    """The bench's shear wave (``case`` periodic, or walls: solid layers across y and z) after
+    ``steps`` steps of ``kernel`` on ``device``: the decoded populations f (q, *shape),
+    float32."""
+    setup = fluid_bench.build_setup(lattice, "float32", case, edge, storage=storage,
                                     kernel=kernel)  # fmt: skip
     density, velocity = fluid_bench.initial_fields(setup)
-    make = make_pallas_chunk if kernel == "pallas" else fluid_step.make_chunk
+    make = fluid_bench.chunk_maker(kernel)
     with jax.default_device(device):
         state = fluid_step.initial_state(setup, density, velocity)
         geometry = fluid_step.make_geometry(setup)
@@ -334,6 +362,27 @@ def cpu_agreement(
     return float(np.max(np.abs(ours - cpu))), agreement_bound(storage, cpu, weights)
 
 
+def native_agreement(
+    edge: int, steps: int, lattice: str = "D3Q19", storage: str = "float32"
+) -> float:
+    """The CUDA kernel on the GPU against the native kernel on the host CPU, the same scheme
+    and per-cell code compiled without contraction on both: the largest |f_cuda - f_native| of
+    the bench's box with walls after ``steps`` steps (0.0: the same bits)."""
+    ours = _shear_wave(jax.devices()[0], edge, steps, lattice, storage, "cuda", "walls")
+    cpu = _shear_wave(jax.devices("cpu")[0], edge, steps, lattice, storage, "native", "walls")
+    return float(np.max(np.abs(ours - cpu)))
+
+
+def block_rows(edge: int, steps: int, repeats: int, blocks: tuple[int, ...] = BLOCKS) -> None:
+    """The CUDA kernel's D3Q19 float32 throughput at ``edge``^3 per threads-per-block choice
+    (its one tuning parameter)."""
+    copy_run = fluid_bench.measure_copy("float32")
+    for block in blocks:
+        r = largest_cube_row("D3Q19", "float32", edge, steps, repeats, copy_run, "cuda", block)
+        print(f"  D3Q19  float32   cuda block {block:4d}: {r['mlups']:10.1f} MLUPS, "
+              f"{100 * r['fraction']:5.1f} % of copy", flush=True)  # fmt: skip
+
+
 def deterministic_chunk(edge: int = 64, steps: int = 50, kernel: str = "xla") -> bool:
     a = _shear_wave(jax.devices()[0], edge, steps, kernel=kernel)
     b = _shear_wave(jax.devices()[0], edge, steps, kernel=kernel)
@@ -389,7 +438,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--kernels", default=",".join(KERNELS), help="comma-separated")
     parser.add_argument("--parts", default=",".join(PARTS),
                         help="comma-separated parts to run: throughput (2), agreement (3), "
-                        "determinism (4), scaling (5: the 2-device checks)")  # fmt: skip
+                        "determinism (4), scaling (5: the 2-device checks), tuning (6: the "
+                        "CUDA kernel's threads per block)")  # fmt: skip
     parser.add_argument("--largest", type=int, default=None,
                         help="edge of the pallas rows' largest cube (default: the largest that "
                         "fits in the device memory; none without a memory figure)")  # fmt: skip
@@ -409,6 +459,8 @@ def agreement_rows(args: argparse.Namespace, edge: int, steps: int) -> int:
     the number of rows out of bounds."""
     failures = 0
     for lattice, storage, kernel in itertools.product(args.lattices, args.storages, args.kernels):
+        if not kernel_stores(kernel, storage):
+            continue
         diff, bound = cpu_agreement(edge, steps, lattice, storage, kernel)
         ok = diff <= bound
         failures += not ok
@@ -452,6 +504,16 @@ def main(argv: list[str] | None = None) -> int:
         print(f"agreement with the CPU (XLA step on the host; shear wave {check_edge}^3, "
               f"{check_steps} steps):")  # fmt: skip
         failures += agreement_rows(args, check_edge, check_steps)
+        if "cuda" in args.kernels:
+            # an odd chunk: the in-place stream of the pairs and the moving-wall-free links too
+            for lattice, storage in itertools.product(args.lattices, args.storages):
+                if not kernel_stores("cuda", storage):
+                    continue
+                diff = native_agreement(check_edge, check_steps + 1, lattice, storage)
+                failures += diff != 0.0
+                verdict = "the same bits" if diff == 0.0 else f"DIFFERS (max |df| {diff:.2e})"
+                print(f"  {lattice} {storage:>8}   cuda against the native CPU kernel (walls, "
+                      f"{check_steps + 1} steps): {verdict}", flush=True)  # fmt: skip
     if "determinism" in args.parts:
         chunks = {k: deterministic_chunk(determinism_edge, check_steps, k) for k in args.kernels}
         scatter_ok = deterministic_scatter()
@@ -459,6 +521,9 @@ def main(argv: list[str] | None = None) -> int:
         scatter = "bitwise" if scatter_ok else "DIFFERS (set --xla_gpu_deterministic_ops)"
         per_kernel = ", ".join(f"{k} {'bitwise' if ok else 'DIFFERS'}" for k, ok in chunks.items())
         print(f"determinism: fluid chunk {per_kernel}; scatter-add of contact forces {scatter}")
+    if "tuning" in args.parts and "cuda" in args.kernels:
+        print(f"the CUDA kernel's threads per block (D3Q19 float32, {args.edge}^3):")
+        block_rows(args.edge, args.steps, args.repeats)
     if "scaling" in args.parts:
         if len(jax.devices()) >= 2 and "pallas" in args.kernels:
             diff = split_agreement(check_edge, check_steps)

@@ -241,14 +241,18 @@ def kernel_attributes(setup: FluidSetup, walls: bool) -> dict:
 
 
 def make_inplace_chunk(
-    setup: FluidSetup, kernel: str = "native", block: int | None = None
+    setup: FluidSetup,
+    kernel: str = "native",
+    block: int | None = None,
+    emulate: bool | None = None,
 ) -> Callable[[FluidState, FluidGeometry, int], tuple[FluidState, Array]]:
     """chunk(state, geometry, n) -> (state after n steps, forces (n, force_width) of zeros),
     the signature of ``solver.fluid.step.make_chunk`` on one device.
 
     ``kernel``: "native" (the CPU kernel) or "cuda" (kernels/native/lb_gpu.cu: the same
-    scheme, arguments and results on a GPU; its CPU emulation on the CPU back end), with
-    ``block`` threads per CUDA block along z (None: solver.fluid.cuda.BLOCK).
+    scheme, arguments and results on a GPU), with ``block`` threads per CUDA block along z
+    (None: solver.fluid.cuda.BLOCK); ``emulate`` True calls the CUDA kernel's CPU emulation,
+    False the CUDA build (None: the emulation on the CPU back end).
 
     Raises:
         ValueError: the kernel does not cover the setup (``unsupported``).
@@ -262,7 +266,7 @@ def make_inplace_chunk(
     if kernel == "cuda":
         from solver.fluid import cuda
 
-        target = cuda.target_name(lat, stored)
+        target = cuda.target_name(lat, stored, emulate)
         extra["block"] = np.int64(cuda.BLOCK if block is None else block)
     else:
         target = target_name(lat, stored)
