@@ -9,8 +9,8 @@
 # and runs `python -m solver.bench gpu-check` in parts, the issue's headline first (D3Q19 float32
 # and float16 throughput), each under its own time limit inside a total budget, so that a short
 # lease still returns the most important figures and a part that hangs costs only its own limit.
-# Then the Pallas kernel's tests against the XLA step, on the GPU (they run interpreted on CPUs in
-# `make test`), and last the preflight (report in OUT_DIR/preflight/) and this GPU's canary
+# Then the Pallas and CUDA kernels' tests against the XLA step and the native CPU kernel, on the
+# GPU (they run interpreted or emulated on CPUs in `make test`), and last the preflight (report in OUT_DIR/preflight/) and this GPU's canary
 # checksums (OUT_DIR/canary.json, to commit as data/preflight/canary.json). Everything is logged
 # to OUT_DIR/gpu_check.log; a summary of the result lines comes last. Exit status: 0 when every
 # part ran and passed, else 1.
@@ -81,6 +81,22 @@ main() {
         echo "no wheels in $wheels (make gpu-wheels, then carry $wheels): using the Python as it is"
     fi
     export PYTHONPATH=$PWD:$site${PYTHONPATH:+:$PYTHONPATH}
+    # the CUDA kernel (fluid.kernel=cuda) is compiled here by nvcc for this GPU, and its
+    # agreement checks and tests run the native CPU kernel on the host: the libraries of both
+    # that gpu-check and tests/test_cuda_kernel.py use, built now in the background while the
+    # first part measures (the architecture from nvidia-smi, so that the builder does
+    # not open the GPU: a second JAX process would preallocate its memory)
+    if [ -z "${SOLVER_CUDA_ARCH:-}" ] && command -v nvidia-smi >/dev/null; then
+        cap=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1)
+        [ -n "$cap" ] && export SOLVER_CUDA_ARCH=sm_${cap//./}
+    fi
+    echo "CUDA kernel: nvcc $(command -v nvcc || echo 'not found'), arch ${SOLVER_CUDA_ARCH:-from JAX}"
+    libraries="D3Q19:float32 D3Q19:float16 D3Q27:float32 D3Q27:float16 D2Q9:float64 D2Q9:float32
+        D2Q9:float16"
+    # shellcheck disable=SC2086  # a list of LATTICE:STORAGE
+    (export XLA_PYTHON_CLIENT_PREALLOCATE=false
+     "$PY" -m solver.fluid.cuda $libraries >"$out/build_cuda.log" 2>&1
+     "$PY" -m solver.fluid.native $libraries >"$out/build_native.log" 2>&1) &
     "$PY" -c "import sys, jax, numpy, hydra, omegaconf; \
 print('python', sys.version.split()[0], '| jax', jax.__version__, '| numpy', numpy.__version__, \
 '| backend', jax.default_backend(), '|', jax.devices())" || { echo "imports failed"; return 1; }
@@ -91,6 +107,7 @@ print('python', sys.version.split()[0], '| jax', jax.__version__, '| numpy', num
     part agreement 150 gpu-check --lattices D3Q19 --parts agreement,determinism
     part d3q27 180 gpu-check --lattices D3Q27 --storages float32,float16 --parts throughput,agreement
     part bfloat16 120 gpu-check --storages bfloat16 --parts throughput
+    part tuning 60 gpu-check --kernels cuda --parts tuning
     if [ "$("$PY" -c 'import jax; print(len(jax.devices()))')" -ge 2 ]; then
         part scaling 240 gpu-check --parts scaling
     fi
@@ -99,7 +116,7 @@ print('python', sys.version.split()[0], '| jax', jax.__version__, '| numpy', num
         # JAX_PLATFORMS that is set; the CPU stays visible for the host references)
         part tests 150 env JAX_PLATFORMS="${JAX_PLATFORMS:-cuda,cpu}" "$PY" -m pytest -q \
             -p no:cacheprovider -m "not slurm" -o addopts="" tests/test_pallas_kernel.py \
-            -k "equals or compose or lowers"
+            tests/test_cuda_kernel.py -k "equals or compose or lowers or nvcc"
     fi
     # last, the preflight's GPU path (CUDA runtime, cuDNN, NCCL and driver versions, the device,
     # the numerical canary: no checksum is stored for a GPU yet, so it warns), then this GPU's

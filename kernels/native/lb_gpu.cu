@@ -43,17 +43,31 @@ using idx = std::int64_t;
 
 struct Box {
   idx nx, ny, nz, n;  // n = nx ny nz cells
-  // v + d for |d| <= 1, periodic on m: compares, not a modulo
-  LB_INLINE static idx step(idx v, int d, idx m) {
-    const idx s = v + d;
-    return s < 0 ? s + m : (s >= m ? s - m : s);
-  }
   LB_INLINE idx cell(idx x, idx y, idx z) const { return (x * ny + y) * nz + z; }
-  // the cell at (x, y, z) + sign c_k, periodic
+};
+
+// A cell and the offsets to its neighbours one step along +-x, +-y, +-z, periodic (a wrap is
+// a different offset, chosen once per cell): a neighbour's index is then two additions per
+// direction, the direction's (constant) c selecting the offsets, instead of an index rebuilt
+// from wrapped coordinates for each of the q directions
+struct Around {
+  idx here, xp, xm, yp, ym, zp, zm;
+  LB_INLINE Around(const Box& g, idx x, idx y, idx z) {
+    const idx sx = g.ny * g.nz, sy = g.nz;
+    here = g.cell(x, y, z);
+    xp = x + 1 < g.nx ? sx : sx - g.n;
+    xm = x > 0 ? -sx : g.n - sx;
+    yp = y + 1 < g.ny ? sy : sy - g.ny * sy;
+    ym = y > 0 ? -sy : g.ny * sy - sy;
+    zp = z + 1 < g.nz ? 1 : 1 - g.nz;
+    zm = z > 0 ? -1 : g.nz - 1;
+  }
+  // the cell at here + sign c_k
   template <class L>
-  LB_INLINE idx neighbour(idx x, idx y, idx z, int k, int sign) const {
-    return cell(step(x, sign * L::C(k, 0), nx), step(y, sign * L::C(k, 1), ny),
-                step(z, sign * L::C(k, 2), nz));
+  LB_INLINE idx neighbour(int k, int sign) const {
+    const int cx = sign * L::C(k, 0), cy = sign * L::C(k, 1), cz = sign * L::C(k, 2);
+    return here + (cx > 0 ? xp : (cx < 0 ? xm : 0)) + (cy > 0 ? yp : (cy < 0 ? ym : 0)) +
+           (cz > 0 ? zp : (cz < 0 ? zm : 0));
   }
 };
 
@@ -63,11 +77,12 @@ template <class L, class S, class T, bool ODD, bool FORCE, bool LES>
 LB_INLINE void sweep_cell(S* A, const Box& g, idx x, idx y, idx z, const T* F, Rates<T> r) {
   using C = Codec<S, T>;
   constexpr int Q = L::Q;
-  const idx here = g.cell(x, y, z);
+  const Around at(g, x, y, z);
+  const idx here = at.here;
   T f[Q];
   LB_UNROLL
   for (int k = 0; k < Q; ++k) {
-    const idx from = ODD ? L::OPP(k) * g.n + g.neighbour<L>(x, y, z, k, -1) : k * g.n + here;
+    const idx from = ODD ? L::OPP(k) * g.n + at.neighbour<L>(k, -1) : k * g.n + here;
     f[k] = C::load(A[from], L::W(k));
   }
   T force[3] = {T(0), T(0), T(0)};
@@ -79,7 +94,7 @@ LB_INLINE void sweep_cell(S* A, const Box& g, idx x, idx y, idx z, const T* F, R
   collide<L, T, FORCE, LES>(f, force, r);
   LB_UNROLL
   for (int k = 0; k < Q; ++k) {
-    const idx to = ODD ? k * g.n + g.neighbour<L>(x, y, z, k, 1) : L::OPP(k) * g.n + here;
+    const idx to = ODD ? k * g.n + at.neighbour<L>(k, 1) : L::OPP(k) * g.n + here;
     A[to] = C::store(f[k], L::W(k));
   }
 }
@@ -115,11 +130,12 @@ LB_INLINE void repair_link(S* A, const int64_t* slots, const T* ladd, idx l, idx
 // swap. Each slot belongs to one pair, so cells swap independently.
 template <class L, class S, bool SOLID>
 LB_INLINE void swap_pairs(S* A, const uint8_t* solid, const Box& g, idx x, idx y, idx z) {
-  const idx here = g.cell(x, y, z);
+  const Around at(g, x, y, z);
+  const idx here = at.here;
   if (SOLID && solid[here]) return;
   LB_UNROLL
   for (int k = 1; k < L::Q; k += 2) {
-    const idx src = g.neighbour<L>(x, y, z, k, -1);
+    const idx src = at.neighbour<L>(k, -1);
     if (SOLID && solid[src]) continue;
     const S a = A[k * g.n + here];
     A[k * g.n + here] = A[L::OPP(k) * g.n + src];

@@ -107,8 +107,16 @@ def target_name(lattice: Lattice, storage: np.dtype | str, emulate: bool | None 
     return register_target(name, library, "LbGpuChunk", "cpu" if emulate else "CUDA")
 
 
+def build_all(names: list[str], emulate: bool = False) -> list[Path]:
+    """The libraries named "LATTICE:STORAGE" (storage default float32), built on all cores."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    jobs = [(n.partition(":")[0], n.partition(":")[2] or "float32") for n in names]
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+        return list(pool.map(lambda job: build(*job, emulate, verbose=True), jobs))
+
+
 if __name__ == "__main__":  # python -m solver.fluid.cuda [--emulate] LATTICE:STORAGE ...
-    emulated = "--emulate" in sys.argv
-    for job in [a for a in sys.argv[1:] if a != "--emulate"] or ["D3Q19:float32"]:
-        lattice_name, _, storage_name = job.partition(":")
-        print(build(lattice_name, storage_name or "float32", emulated, verbose=True))
+    for path in build_all([a for a in sys.argv[1:] if a != "--emulate"] or ["D3Q19:float32"],
+                          "--emulate" in sys.argv):  # fmt: skip
+        print(path)
