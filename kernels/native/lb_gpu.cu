@@ -15,7 +15,7 @@
 //
 // One source, two builds (solver/fluid/cuda.py):
 //   nvcc (__CUDACC__): kernels launched on XLA's stream, registered for the CUDA platform;
-//   g++ -x c++ -DLB_EMULATE: the same per-cell and per-link functions in (OpenMP) loops,
+//   g++ -x c++ (no __CUDACC__): the same per-cell and per-link functions in (OpenMP) loops,
 //     registered for the CPU, so that the CPU test suite checks everything but the launches.
 //
 // Layout: A is (q, nx, ny, nz) C-ordered (the solver's (q, *shape)); a 2D lattice's (nx, ny)

@@ -505,7 +505,8 @@ def main(argv: list[str] | None = None) -> int:
               f"{check_steps} steps):")  # fmt: skip
         failures += agreement_rows(args, check_edge, check_steps)
         if "cuda" in args.kernels:
-            # an odd chunk: the in-place stream of the pairs and the moving-wall-free links too
+            # an odd chunk, so that the in-place stream of the pairs runs too; the box's walls
+            # exercise the link repairs
             for lattice, storage in itertools.product(args.lattices, args.storages):
                 if not kernel_stores("cuda", storage):
                     continue

@@ -39,7 +39,7 @@ NVCC_FLAGS = ("-O3", "-std=c++17", "--fmad=false", "--extended-lambda", "-shared
               "-Xcompiler", "-fPIC", "-Xcompiler", "-Wno-return-type",
               "-diag-suppress", "940,2473")  # fmt: skip
 # the emulation: the CPU kernel's flags, the .cu read as C++
-EMULATION_FLAGS = (*FLAGS, "-x", "c++", "-DLB_EMULATE")
+EMULATION_FLAGS = (*FLAGS, "-x", "c++")
 # threads per block along z: a first guess for a memory-bound stencil (gpu-check sweeps it)
 BLOCK = 128
 
