@@ -37,8 +37,8 @@
 #include "lattices.inc"  // generated from kernels/lattices.py by solver/fluid/native.py
 
 // sqrt for the Smagorinsky rate; the build's -fno-math-errno drops the library call's errno
-// branch, which kept GCC from vectorising the cell loop (the argument is never negative)
-// branch; on the GPU sqrt is correctly rounded as well (nvcc's default -prec-sqrt=true)
+// branch, which kept GCC from vectorising the cell loop (the argument is never negative); on
+// the GPU sqrt is correctly rounded as well (nvcc's default -prec-sqrt=true)
 LB_INLINE float root(float x) {
 #if defined(__CUDA_ARCH__)
   return sqrtf(x);

@@ -30,6 +30,7 @@
 
 #include "xla/ffi/api/ffi.h"
 #include "lb_cell.h"  // the rates, the stored form and the collision of one cell
+#include "lb_chunk_args.h"  // the checks of the arguments, as the CPU kernel's LbInplace
 
 #if defined(__CUDACC__)
 #include <cuda_runtime.h>
@@ -280,20 +281,13 @@ ffi::Error chunk_impl(Stream stream, ffi::AnyBuffer populations, ffi::AnyBuffer 
   if (block < 32 || block > 1024 || block % 32) {
     return ffi::Error::InvalidArgument("block must be a multiple of 32 in [32, 1024]");
   }
+  if (auto e = check_chunk_args<L, S>(populations, solid, slots, ladd, forces, g.n, steps, walls,
+                                      force);
+      e.failure()) {
+    return e;
+  }
   const size_t bytes = static_cast<size_t>(L::Q * g.n) * sizeof(S);
-  if (populations.size_bytes() != bytes) {
-    return ffi::Error::InvalidArgument("populations are not of the library's storage type");
-  }
   const idx links = static_cast<idx>(ladd.element_count());
-  if (walls && solid.element_count() != static_cast<size_t>(g.n)) {
-    return ffi::Error::InvalidArgument("solid must be (*shape) bool");
-  }
-  if (walls && slots.size_bytes() != static_cast<size_t>(2 * links) * sizeof(int64_t)) {
-    return ffi::Error::InvalidArgument("link slots must hold (links, 2) int64");
-  }
-  if (force && forces.element_count() < static_cast<size_t>(3 * steps)) {
-    return ffi::Error::InvalidArgument("forces must be (steps, 3)");
-  }
   S* A = static_cast<S*>(out->untyped_data());
   const S* in = static_cast<const S*>(populations.untyped_data());
 #if defined(__CUDACC__)

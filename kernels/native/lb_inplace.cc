@@ -47,6 +47,7 @@
 
 #include "xla/ffi/api/ffi.h"
 #include "lb_cell.h"  // the rates, the stored form and the collision of one cell
+#include "lb_chunk_args.h"  // the checks of LbInplace's arguments (shared with lb_gpu.cu)
 
 
 namespace ffi = xla::ffi;
@@ -647,24 +648,17 @@ ffi::Error chunk_impl(ffi::AnyBuffer populations, ffi::AnyBuffer solid, ffi::Any
   Grid g{};
   if (auto e = grid_of<L>(populations, g); e.failure()) return e;
   if (auto e = shift_of<L>(shift, g); e.failure()) return e;
+  if (auto e = check_chunk_args<L, S>(populations, solid, slots, ladd, forces, g.n, steps, walls,
+                                      force);
+      e.failure()) {
+    return e;
+  }
   S* A = static_cast<S*>(out->untyped_data());
   const S* in = static_cast<const S*>(populations.untyped_data());
-  if (populations.size_bytes() != static_cast<size_t>(L::Q * g.n) * sizeof(S)) {
-    return ffi::Error::InvalidArgument("populations are not of the library's storage type");
-  }
   if (A != in) {  // not aliased (XLA copied): start from the input
     for (idx c = 0; c < L::Q * g.n; ++c) A[c] = in[c];
   }
   const idx links = static_cast<idx>(ladd.element_count());
-  if (walls && solid.element_count() != static_cast<size_t>(g.n)) {
-    return ffi::Error::InvalidArgument("solid must be (*shape) bool");
-  }
-  if (walls && slots.size_bytes() != static_cast<size_t>(2 * links) * sizeof(int64_t)) {
-    return ffi::Error::InvalidArgument("link slots must hold (links, 2) int64");
-  }
-  if (force && forces.element_count() < static_cast<size_t>(3 * steps)) {
-    return ffi::Error::InvalidArgument("forces must be (steps, 3)");
-  }
   // untyped: the dummies of unused arguments may have any dtype; a bool is one byte 0/1
   const uint8_t* s = static_cast<const uint8_t*>(solid.untyped_data());
   const int64_t* sl = static_cast<const int64_t*>(slots.untyped_data());

@@ -32,7 +32,7 @@ from solver.native_build import register as register_target
 __all__ = ["NativeBuildError", "build", "cuda_arch", "nvcc", "target_name"]
 
 SOURCE = Path(__file__).resolve().parents[2] / "kernels" / "native" / "lb_gpu.cu"
-INCLUDED = (SOURCE.parent / "lb_cell.h",)
+INCLUDED = (SOURCE.parent / "lb_cell.h", SOURCE.parent / "lb_chunk_args.h")
 # no contraction (the CPU kernel's -ffp-contract=off: both store the same bits); IEEE division
 # and square root are nvcc's defaults; the FFI headers' harmless warnings silenced
 NVCC_FLAGS = ("-O3", "-std=c++17", "--fmad=false", "--extended-lambda", "-shared",

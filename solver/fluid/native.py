@@ -30,7 +30,7 @@ __all__ = ["FLAGS", "NativeBuildError", "build", "build_all", "built_tables", "t
 SOURCE = Path(__file__).resolve().parents[2] / "kernels" / "native" / "lb_inplace.cc"
 # included by SOURCE (bodies in the fluid; the per-cell part it shares with the CUDA kernel):
 # part of the build's hash
-INCLUDED = (SOURCE.parent / "lb_psm.inc", SOURCE.parent / "lb_cell.h")
+INCLUDED = tuple(SOURCE.parent / name for name in ("lb_psm.inc", "lb_cell.h", "lb_chunk_args.h"))
 # storage dtype of the populations -> (C++ storage type, C++ compute type)
 TYPES = {"float32": ("float", "float"), "float64": ("double", "double"),
          "float16": ("uint16_t", "float")}  # fmt: skip
