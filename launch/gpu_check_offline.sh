@@ -128,7 +128,7 @@ print('python', sys.version.split()[0], '| jax', jax.__version__, '| numpy', num
 
     echo
     echo "summary ($SECONDS s of a ${budget} s budget; the whole log: $log)"
-    grep -E "^(device:|copy bandwidth|  D3Q|determinism|pallas on 2|  the probe)" "$results" |
+    grep -E "^(device:|cuda:|copy bandwidth|  D3Q|determinism|pallas on 2|  the probe)" "$results" |
         awk '!seen[$0]++' || true
     printf '%s\n' "${summary[@]}"
     for line in "${summary[@]}"; do

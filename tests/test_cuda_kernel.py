@@ -167,3 +167,14 @@ def test_unsupported_set_ups_are_config_errors():
         require_kernel(setup, coupled=True)
     with pytest.raises(ValueError, match="fluid.kernel=cuda does not support collision"):
         make_inplace_chunk(dataclasses.replace(setup, collision="regularized"), "cuda")
+
+
+def test_a_gpu_without_nvcc_is_a_config_error(monkeypatch):
+    """On a GPU (mocked: the back end's name; none exists here) the kernel is compiled at its
+    first run, so a machine without nvcc is refused at start-up with the remedy, not with a
+    build error's traceback."""
+    setup = dataclasses.replace(_setup("D3Q19", (8, 6, 10)), kernel="cuda")
+    monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
+    monkeypatch.setattr(cuda, "nvcc", lambda: None)
+    with pytest.raises(ConfigError, match="without nvcc.*NVCC"):
+        require_kernel(setup)

@@ -484,6 +484,15 @@ def main(argv: list[str] | None = None) -> int:
         args.edge, args.steps, args.repeats = min(args.edge, 32), min(args.steps, 5), 1
         check_edge = determinism_edge = min(8, args.edge)
         check_steps = args.steps
+    if on_gpu and "cuda" in args.kernels:
+        from solver.fluid.cuda import cuda_arch, nvcc
+
+        if nvcc() is None:
+            print("cuda: no nvcc on this node (put CUDA's bin/ on the PATH or set $NVCC): the "
+                  "CUDA kernel's rows and checks are skipped")  # fmt: skip
+            args.kernels = tuple(k for k in args.kernels if k != "cuda")
+        else:
+            print(f"cuda: {nvcc()}, building for {cuda_arch()}")
     memory = device_memory(device)
     size = f", memory {memory / 2**30:.1f} GiB" if memory else ""
     print(f"device: {device.device_kind} x{len(jax.devices())}, jax {jax.__version__}{size}")

@@ -101,6 +101,12 @@ def require_kernel(
         reason = f"the {backend} back end (the CUDA kernel runs on NVIDIA GPUs)"
     if reason is None and kernel == "cuda" and shards > 1:
         reason = f"{shards} devices (the CUDA kernel runs on one device)"
+    if reason is None and kernel == "cuda" and backend == "gpu":
+        from solver.fluid.cuda import nvcc
+
+        if nvcc() is None:
+            reason = ("a machine without nvcc (the CUDA kernel is compiled at its first run: "
+                      "put CUDA's bin/ on the PATH or set $NVCC)")  # fmt: skip
     if reason is None and shards > 1 and (mesh is None or any(m > 1 for m in mesh[1:])):
         shown = "x".join(str(m) for m in mesh) if mesh else str(shards)
         reason = (
