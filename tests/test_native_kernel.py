@@ -206,12 +206,16 @@ def test_cavity_run_through_the_cli_equals_the_xla_step(tmp_path):
         assert np.abs(runs["native"][step] - velocity).max() <= 1e-5 * scale, step
 
 
+def fluid_section(lattice: str = "D3Q19", **extra) -> Section:
+    """A ``fluid`` config section (TRT, float32) with ``extra`` keys, for ``parse_fluid``."""
+    data = {"lattice": lattice, "collision": "trt", "trt_magic": 0.1875, "les": "none",
+            "les_cs": 0.1, "precision": "float32", "storage": None, "u_lattice": 0.1}  # fmt: skip
+    return Section("fluid", {**data, **extra})
+
+
 def test_unsupported_set_ups_are_config_errors():
     def fluid(**extra) -> Section:
-        data = {"lattice": "D2Q9", "collision": "trt", "trt_magic": 0.1875, "les": "none",
-                "les_cs": 0.1, "precision": "float32", "storage": None,
-                "u_lattice": 0.1}  # fmt: skip
-        return Section("fluid", {**data, **extra})
+        return fluid_section("D2Q9", **extra)
 
     assert parse_fluid(fluid()).kernel == "xla"
     assert parse_fluid(fluid(kernel="native")).kernel == "native"

@@ -20,6 +20,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from test_native_kernel import fluid_section
 
 from kernels.lattices import LATTICES
 from solver.errors import ConfigError
@@ -28,7 +29,6 @@ from solver.fluid.inplace_step import require_kernel
 from solver.fluid.pallas_step import make_pallas_chunk
 from solver.fluid.setup import BodyForce, FluidSetup, OpenBoundary
 from solver.fluid.step import initial_state, make_chunk, make_geometry
-from solver.sections import Section
 
 # float64: the sweeps run the pure-JAX step's formulas; only the order of a few sums differs
 ROUND_OFF_F64 = 1e-13
@@ -212,11 +212,7 @@ def test_lowers_for_the_gpu_in_place(lattice, dtype, storage, walls, force):
 
 
 def test_unsupported_set_ups_are_config_errors():
-    def fluid(**extra) -> Section:
-        data = {"lattice": "D3Q19", "collision": "trt", "trt_magic": 0.1875, "les": "none",
-                "les_cs": 0.1, "precision": "float32", "storage": None,
-                "u_lattice": 0.1}  # fmt: skip
-        return Section("fluid", {**data, **extra})
+    fluid = fluid_section
 
     assert parse_fluid(fluid(kernel="pallas")).kernel == "pallas"
     assert parse_fluid(fluid(kernel="pallas", storage="bfloat16")).storage == "bfloat16"

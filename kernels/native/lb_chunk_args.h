@@ -1,13 +1,33 @@
-// The checks of a one-device chunk's FFI arguments, shared by the CPU kernel's LbInplace
-// (lb_inplace.cc) and the CUDA kernel's LbGpuChunk (lb_gpu.cu), which take the same arguments:
-// populations (q, *shape) of the library's storage type S, solid (*shape) bool, link slots
-// (links, 2) int64 and their Ladd terms (links,), forces (steps, 3).
+// A one-device chunk's FFI arguments, shared by the CPU kernel's LbInplace (lb_inplace.cc) and
+// the CUDA kernel's LbGpuChunk (lb_gpu.cu), which take the same ones: populations (q, *shape) of
+// the library's storage type S [aliased to the result], solid (*shape) bool, link slots
+// (links, 2) int64 and their Ladd terms (links,), forces (steps, 3); the attributes steps,
+// omega_plus, omega_minus (= omega_plus for BGK), walls (0 none, 1 solid nodes), force (0/1),
+// les_scale (18 sqrt(2) C_s^2 of the Smagorinsky model; 0 without it), trt_magic (Lambda; < 0
+// for BGK), shift (rows per direction of rotated planes; 0: the natural layout). The binding
+// (LB_CHUNK_BINDING, after ffi::Ffi::Bind() and any context) and the checks.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 
 #include "xla/ffi/api/ffi.h"
+
+#define LB_CHUNK_BINDING                                                                      \
+  .Arg<xla::ffi::AnyBuffer>()                                                                 \
+      .Arg<xla::ffi::AnyBuffer>()                                                             \
+      .Arg<xla::ffi::AnyBuffer>()                                                             \
+      .Arg<xla::ffi::AnyBuffer>()                                                             \
+      .Arg<xla::ffi::AnyBuffer>()                                                             \
+      .Ret<xla::ffi::AnyBuffer>()                                                             \
+      .Attr<int64_t>("steps")                                                                 \
+      .Attr<double>("omega_plus")                                                             \
+      .Attr<double>("omega_minus")                                                            \
+      .Attr<int64_t>("walls")                                                                 \
+      .Attr<int64_t>("force")                                                                 \
+      .Attr<double>("les_scale")                                                              \
+      .Attr<double>("trt_magic")                                                              \
+      .Attr<int64_t>("shift")
 
 namespace {
 

@@ -339,23 +339,7 @@ ffi::Error chunk_host(ffi::AnyBuffer populations, ffi::AnyBuffer solid, ffi::Any
 }  // namespace lbgpu
 
 // One library per lattice and storage (LB_LATTICE, LB_STORAGE, LB_TYPE set by the build).
-// Arguments: populations (q, *shape) [aliased to the result], solid (*shape) bool, link slots
-// (links, 2) int64, Ladd terms (links,), forces (steps, 3); attributes as LbInplace's
-// (lb_inplace.cc) and block.
+// Arguments and attributes as LbInplace's (lb_chunk_args.h), shift 0, and block.
 XLA_FFI_DEFINE_HANDLER_SYMBOL(LbGpuChunk, (lbgpu::LB_GPU_HANDLER<LB_LATTICE, LB_STORAGE, LB_TYPE>),
-                              ffi::Ffi::Bind() LB_GPU_CONTEXT
-                                  .Arg<ffi::AnyBuffer>()
-                                  .Arg<ffi::AnyBuffer>()
-                                  .Arg<ffi::AnyBuffer>()
-                                  .Arg<ffi::AnyBuffer>()
-                                  .Arg<ffi::AnyBuffer>()
-                                  .Ret<ffi::AnyBuffer>()
-                                  .Attr<int64_t>("steps")
-                                  .Attr<double>("omega_plus")
-                                  .Attr<double>("omega_minus")
-                                  .Attr<int64_t>("walls")
-                                  .Attr<int64_t>("force")
-                                  .Attr<double>("les_scale")
-                                  .Attr<double>("trt_magic")
-                                  .Attr<int64_t>("shift")
+                              ffi::Ffi::Bind() LB_GPU_CONTEXT LB_CHUNK_BINDING
                                   .Attr<int64_t>("block"));

@@ -677,31 +677,12 @@ ffi::Error chunk_impl(ffi::AnyBuffer populations, ffi::AnyBuffer solid, ffi::Any
 
 }  // namespace
 
-// One handler per lattice and compute type. Arguments: populations (q, *shape) [aliased to the
-// result], solid (*shape) bool, link slots (links, 2) int64 (any dtype of those bytes),
-// Ladd terms (links,), forces
-// (steps, 3); attributes:
-// steps, omega_plus, omega_minus (= omega_plus for BGK), walls (0 none, 1 solid nodes),
-// force (0/1), les_scale (18 sqrt(2) C_s^2 of the Smagorinsky model; 0 without it),
-// trt_magic (Lambda: the odd rate of TRT follows the local even rate under LES; < 0 for BGK),
-// shift (rows per direction of rotated planes, Grid::shift; 0: the natural layout).
+// One handler per lattice and compute type; arguments and attributes in lb_chunk_args.h (the
+// link slots may come in any dtype of those bytes; under LES the odd rate of TRT follows the
+// local even rate through Lambda; shift is Grid::shift).
 #define LB_HANDLER(NAME, LAT, STORED, TYPE)                                              \
   XLA_FFI_DEFINE_HANDLER_SYMBOL(NAME, (chunk_impl<LAT, STORED, TYPE>),                   \
-                                ffi::Ffi::Bind()                                         \
-                                    .Arg<ffi::AnyBuffer>()                               \
-                                    .Arg<ffi::AnyBuffer>()                               \
-                                    .Arg<ffi::AnyBuffer>()                               \
-                                    .Arg<ffi::AnyBuffer>()                               \
-                                    .Arg<ffi::AnyBuffer>()                               \
-                                    .Ret<ffi::AnyBuffer>()                               \
-                                    .Attr<int64_t>("steps")                              \
-                                    .Attr<double>("omega_plus")                          \
-                                    .Attr<double>("omega_minus")                         \
-                                    .Attr<int64_t>("walls")                              \
-                                    .Attr<int64_t>("force")                              \
-                                    .Attr<double>("les_scale")                           \
-                                    .Attr<double>("trt_magic")                           \
-                                    .Attr<int64_t>("shift"));
+                                ffi::Ffi::Bind() LB_CHUNK_BINDING);
 
 // One library per lattice, storage and compute type (LB_LATTICE, LB_STORAGE, LB_TYPE set by
 // the build): each builds in a fraction of the time of all, and a run builds only its own.
