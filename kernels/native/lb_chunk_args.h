@@ -55,4 +55,25 @@ xla::ffi::Error check_chunk_args(const xla::ffi::AnyBuffer& populations,
   return Error::Success();
 }
 
+// The geometry and forcing arguments as the kernels read them, untyped: the dummies of unused
+// arguments may have any dtype; a bool is one byte 0/1
+template <class T>
+struct ChunkInputs {
+  const uint8_t* solid;
+  const int64_t* slots;
+  const T* ladd;
+  const T* forces;
+  int64_t links;
+};
+
+template <class T>
+ChunkInputs<T> chunk_inputs(const xla::ffi::AnyBuffer& solid, const xla::ffi::AnyBuffer& slots,
+                            const xla::ffi::AnyBuffer& ladd, const xla::ffi::AnyBuffer& forces) {
+  return ChunkInputs<T>{static_cast<const uint8_t*>(solid.untyped_data()),
+                        static_cast<const int64_t*>(slots.untyped_data()),
+                        static_cast<const T*>(ladd.untyped_data()),
+                        static_cast<const T*>(forces.untyped_data()),
+                        static_cast<int64_t>(ladd.element_count())};
+}
+
 }  // namespace

@@ -287,7 +287,6 @@ ffi::Error chunk_impl(Stream stream, ffi::AnyBuffer populations, ffi::AnyBuffer 
     return e;
   }
   const size_t bytes = static_cast<size_t>(L::Q * g.n) * sizeof(S);
-  const idx links = static_cast<idx>(ladd.element_count());
   S* A = static_cast<S*>(out->untyped_data());
   const S* in = static_cast<const S*>(populations.untyped_data());
 #if defined(__CUDACC__)
@@ -298,15 +297,12 @@ ffi::Error chunk_impl(Stream stream, ffi::AnyBuffer populations, ffi::AnyBuffer 
   const Launch launch{int(block)};
   if (A != in) std::memcpy(A, in, bytes);
 #endif
-  // untyped: the dummies of unused arguments may have any dtype; a bool is one byte 0/1
-  const uint8_t* s = static_cast<const uint8_t*>(solid.untyped_data());
-  const int64_t* sl = static_cast<const int64_t*>(slots.untyped_data());
-  const T* la = static_cast<const T*>(ladd.untyped_data());
-  const T* F = static_cast<const T*>(forces.untyped_data());
+  const ChunkInputs<T> inputs = chunk_inputs<T>(solid, slots, ladd, forces);
   const Rates<T> r = rates_of<T>(omega_plus, omega_minus, les_scale, trt_magic);
   dispatch(walls, force, les_scale > 0, [&](auto solid_c, auto force_c, auto les_c) {
     run_chunk<L, S, T, decltype(solid_c)::value, decltype(force_c)::value,
-              decltype(les_c)::value>(launch, A, s, sl, la, links, g, F, steps, r);
+              decltype(les_c)::value>(launch, A, inputs.solid, inputs.slots, inputs.ladd,
+                                      inputs.links, g, inputs.forces, steps, r);
   });
 #if defined(__CUDACC__)
   if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess) {

@@ -658,17 +658,13 @@ ffi::Error chunk_impl(ffi::AnyBuffer populations, ffi::AnyBuffer solid, ffi::Any
   if (A != in) {  // not aliased (XLA copied): start from the input
     for (idx c = 0; c < L::Q * g.n; ++c) A[c] = in[c];
   }
-  const idx links = static_cast<idx>(ladd.element_count());
-  // untyped: the dummies of unused arguments may have any dtype; a bool is one byte 0/1
-  const uint8_t* s = static_cast<const uint8_t*>(solid.untyped_data());
-  const int64_t* sl = static_cast<const int64_t*>(slots.untyped_data());
-  const T* la = static_cast<const T*>(ladd.untyped_data());
-  const T* F = static_cast<const T*>(forces.untyped_data());
+  const ChunkInputs<T> inputs = chunk_inputs<T>(solid, slots, ladd, forces);
   // tau0 and tau0^2 in double, then rounded once, as the XLA step's Python scalars
   const Rates<T> r = rates_of<T>(omega_plus, omega_minus, les_scale, trt_magic);
   dispatch(walls, force, les_scale > 0, [&](auto solid_c, auto force_c, auto les_c) {
     run_chunk<L, S, T, decltype(solid_c)::value, decltype(force_c)::value,
-              decltype(les_c)::value>(A, s, sl, la, links, g, F, steps, r);
+              decltype(les_c)::value>(A, inputs.solid, inputs.slots, inputs.ladd,
+                                      inputs.links, g, inputs.forces, steps, r);
   });
   return ffi::Error::Success();
 }
