@@ -244,4 +244,37 @@ void dispatch(bool walls, bool force, bool les, Run run) {
   walls ? with_force(yes{}) : with_force(no{});
 }
 
+// Lattice weight of direction k, for a k known only at run time (a link's slot): the CPU's array;
+// on the GPU a select over the unrolled directions (device code cannot index the host array)
+template <class L>
+LB_INLINE double weight(int k) {
+#if defined(__CUDA_ARCH__)
+  double w = 0;
+  LB_UNROLL
+  for (int j = 0; j < L::Q; ++j) w = j == k ? L::W(j) : w;
+  return w;
+#else
+  return L::w[k];
+#endif
+}
+
+// Link l from a solid into a fluid node (slots[2 l] = opp(k) n + s, the solid slot;
+// slots[2 l + 1] = k n + x, the fluid slot), repaired between sweeps (both kernels): after an
+// even sweep the solid slot gets the fluid slot's value plus Ladd's term, after an odd sweep
+// (AFTER_ODD) the other way round. Directions k and opp k have one weight; a resting wall's
+// link copies the stored value as it is.
+template <class L, class S, class T, bool AFTER_ODD>
+LB_INLINE void repair_link(S* A, const int64_t* slots, const T* ladd, int64_t l, int64_t n) {
+  using C = Codec<S, T>;
+  const int64_t solid_slot = slots[2 * l], fluid_slot = slots[2 * l + 1];
+  const int64_t from = AFTER_ODD ? solid_slot : fluid_slot;
+  const int64_t to = AFTER_ODD ? fluid_slot : solid_slot;
+  if (C::shifted && ladd[l] == T(0)) {
+    A[to] = A[from];
+  } else {
+    const double w = weight<L>(int(fluid_slot / n));
+    A[to] = C::store(C::load(A[from], w) + ladd[l], w);
+  }
+}
+
 }  // namespace

@@ -100,31 +100,6 @@ LB_INLINE void sweep_cell(S* A, const Box& g, idx x, idx y, idx z, const T* F, R
   }
 }
 
-// Lattice weight of direction k, for a k known only at run time (a link's slot)
-template <class L>
-LB_INLINE double weight(int k) {
-  double w = 0;
-  LB_UNROLL
-  for (int j = 0; j < L::Q; ++j) w = j == k ? L::W(j) : w;
-  return w;
-}
-
-// Link l from a solid into a fluid node (slots[2 l] = opp(k) n + s, the solid slot;
-// slots[2 l + 1] = k n + x, the fluid slot): after an even sweep the solid slot gets the fluid
-// slot's value plus Ladd's term, after an odd sweep (AFTER_ODD) the other way round.
-template <class L, class S, class T, bool AFTER_ODD>
-LB_INLINE void repair_link(S* A, const int64_t* slots, const T* ladd, idx l, idx n) {
-  using C = Codec<S, T>;
-  const int64_t solid_slot = slots[2 * l], fluid_slot = slots[2 * l + 1];
-  const int64_t from = AFTER_ODD ? solid_slot : fluid_slot;
-  const int64_t to = AFTER_ODD ? fluid_slot : solid_slot;
-  if (C::shifted && ladd[l] == T(0)) {
-    A[to] = A[from];
-  } else {
-    const double w = weight<L>(int(fluid_slot / n));
-    A[to] = C::store(C::load(A[from], w) + ladd[l], w);
-  }
-}
 
 // After an even step (an odd-length chunk), the stream to the natural layout at fluid cell x:
 // the pairs (A[k][x], A[opp k][x - c_k]) for the odd-numbered k whose upstream node is fluid

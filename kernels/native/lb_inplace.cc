@@ -241,25 +241,11 @@ void sweep(S* A, const Grid& g, const T* F, Rates<T> r, S* G = nullptr,
   }
 }
 
-// The links from solid into fluid nodes: slots[2 l] = opp(k) n + s (the solid slot),
-// slots[2 l + 1] = k n + x (the fluid slot), ladd[l] Ladd's term. AFTER_ODD: fluid slot from
-// solid slot; else the other way. Directions k and opp k have one weight, the slot's k is
-// fluid_slot / n. A resting wall's link copies the stored value as it is.
+// The links from solid into fluid nodes, every one repaired (repair_link, lb_cell.h)
 template <class L, class S, class T, bool AFTER_ODD>
 void repair_links(S* A, const int64_t* slots, const T* ladd, idx links, idx n) {
-  using C = Codec<S, T>;
 #pragma omp parallel for schedule(static)
-  for (idx l = 0; l < links; ++l) {
-    const int64_t solid_slot = slots[2 * l], fluid_slot = slots[2 * l + 1];
-    const int64_t from = AFTER_ODD ? solid_slot : fluid_slot;
-    const int64_t to = AFTER_ODD ? fluid_slot : solid_slot;
-    if (C::shifted && ladd[l] == T(0)) {
-      A[to] = A[from];
-    } else {
-      const double w = L::w[fluid_slot / n];
-      A[to] = C::store(C::load(A[from], w) + ladd[l], w);
-    }
-  }
+  for (idx l = 0; l < links; ++l) repair_link<L, S, T, AFTER_ODD>(A, slots, ladd, l, n);
 }
 
 template <class L, class S, class T>
