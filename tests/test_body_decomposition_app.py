@@ -48,10 +48,12 @@ def test_box_fill_on_a_mesh_equals_one_device(tmp_path):
 
 # A lattice of 32 two-sphere clumps, turned at random, on a floor; a sphere from the next block
 # along x falls onto two of them, one in each block (contacts with a ghost's member), and a clump
-# flies across the x face above them (migration); 0.04 s, 1,477 steps.
+# flies across the x face above them (migration); 1,470 steps (0.04 s), 49 chunks of 30 steps
+# between the scene's outputs: one chunk length, so each run compiles one chunk (0.04 s exactly,
+# 1,477 steps, left a chunk of 7 steps that compiled a second program: 9 s of a 30 s run).
 MEMBERS = "[{radius: 0.01, offset: [-0.01, 0, 0]}, {radius: 0.01, offset: [0.01, 0, 0]}]"
 CLUMP_SCENE = [
-    "case=scene", "case.bodies=[]", "case.duration=0.04", "chunk=1000",
+    "case=scene", "case.bodies=[]", "steps=1470", "chunk=1000",
     "case.generate={kind: clump_lattice, counts: [4, 4, 2], spacing: 0.045, material: glass, "
     f"seed: 0, spheres: {MEMBERS}, orientation_jitter: 0.3, origin: [0, 0, 0.016]}}",
     "case.extra_bodies=[{shape: plane, material: glass, point: [0, 0, 0], normal: [0, 0, 1]}, "
