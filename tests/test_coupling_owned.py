@@ -222,6 +222,9 @@ def clumps_single(tmp_path_factory) -> Path:
     return out
 
 
+# make test-long (~25 s): the same comparison, at the same bound, is made on eight fake devices
+# below (the owned path on one device is checked bit for bit with spheres above)
+@pytest.mark.long
 def test_owned_clumps_on_one_device_match_the_replicated_run(clumps_single, tmp_path):
     """Owned clumps sum their members' contacts per slot in another order than the replicated
     step sums them per body: equal to float32 round-off (measured 1.3e-7 in the body velocity,

@@ -63,7 +63,14 @@ def single_run(tmp_path_factory) -> Path:
 
 
 @pytest.mark.parametrize(
-    ("processes", "halo", "mesh"), [(2, "mpi", "[2,1]"), (2, "xla", "auto"), (4, "mpi", "[2,2]")]
+    ("processes", "halo", "mesh"),
+    [
+        # make test-long (~24 s): the mpi halo's files over four processes on two split axes
+        # (below) hold what two processes on one axis check
+        pytest.param(2, "mpi", "[2,1]", marks=pytest.mark.long),
+        (2, "xla", "auto"),
+        (4, "mpi", "[2,2]"),
+    ],
 )
 def test_mpirun_processes_match_single(single_run, tmp_path, processes, halo, mesh):
     out = tmp_path / "run"
