@@ -100,7 +100,6 @@ LB_INLINE void sweep_cell(S* A, const Box& g, idx x, idx y, idx z, const T* F, R
   }
 }
 
-
 // After an even step (an odd-length chunk), the stream to the natural layout at fluid cell x:
 // the pairs (A[k][x], A[opp k][x - c_k]) for the odd-numbered k whose upstream node is fluid
 // swap. Each slot belongs to one pair, so cells swap independently.
