@@ -19,7 +19,10 @@ traced program holds only the work the problem needs:
        subdomain or a wall fills the same ghosts in the distributed code: halos are one more
        boundary rule.
 The state seen outside a chunk holds pre-collision populations at its time; the chunk collides
-them once on entry and streams once on exit. With a 16-bit ``setup.storage`` the state and the
+them once on entry and streams once on exit. Where the plan writes the pulled populations into
+scratch buffers (curved walls, open faces, a force), the scratch carries them from one step to
+the next, and each step is collide, write, pull: the loop body of two steps is then the whole
+program for an even chunk length (docs/performance.md, "One step body per chunk"). With a 16-bit ``setup.storage`` the state and the
 padded buffers hold the stored form (f - w) * s (kernels/storage.py): the pull decodes what it
 slices (fused into the slice's consumers) and the collision's outputs are encoded where they are
 written, so every population is decoded once and encoded once per step (docs/storage.md).
@@ -353,7 +356,16 @@ def _make_chunk(
         pre = [p.astype(dtype) for p in pre]
         if plan.materialise:
             zero = (0,) * d
-            pre = [lax.dynamic_update_slice(s, p, zero) for s, p in zip(scratch, pre, strict=True)]
+            # The scratch buffers hold what the collision that wrote ``buffers`` read, and
+            # every buffer's ghosts are that collision's values again: adding 0 * one value of
+            # each written buffer orders every overwrite of the scratch after all the writes
+            # (without it XLA copied every moving direction's buffer once per step). The
+            # scalar is materialised: fused, XLA recomputed its q loads in every cell.
+            written = materialised(0.0 * sum(b[zero] for b in buffers), time)
+            pre = [
+                lax.dynamic_update_slice(s, p + written, zero)
+                for s, p in zip(scratch, pre, strict=True)
+            ]
             for region in regions or ():
                 # the walls and nodes on the boxes only, written over the plain pull
                 local = view.at(region)
@@ -380,14 +392,13 @@ def _make_chunk(
             force = plan.force(pre, view)
         return tuple(pre), force, scratch
 
-    def advance(src, dst, scratch, extra, geo: dict, time: Array, after: Array | None = None):
-        """One step: pull from ``src`` (post-collision at time-1), collide, write ``dst``.
+    def collide_write(dst, pre, extra, geo: dict, time: Array, after: Array | None = None):
+        """Collide ``pre`` (the q arrays f_i(x, time)) and write the encoded result into ``dst``.
 
-        ``after``: the previous step's force. Adding 0 * after makes this step's writes depend
-        on it; otherwise XLA may schedule that force sum (which reads the buffer written here)
-        late and protects the buffer with q full copies per step.
+        ``after``: a force measured from the other buffer. Adding 0 * after makes this write
+        depend on it; otherwise XLA may schedule that force sum (which reads a buffer written
+        or scratch overwritten later) late and protect the buffer with q full copies per step.
         """
-        pre, force, scratch = pull(src, geo, scratch, time)
         post, patch, extra, report = collide(pre, time, extra, geo)
         faces = boundary_planes(pre, time, geo) if overlap and coupling is None else None
         if after is not None and plan.force is not None:
@@ -397,6 +408,19 @@ def _make_chunk(
         if faces:
             faces = {k: encoded(v) for k, v in faces.items()}
         dst = write(dst, encoded(post), patch, time, faces or None)
+        return dst, extra, report
+
+    def advance(src, dst, scratch, extra, geo: dict, time: Array, after: Array | None = None):
+        """One step: pull from ``src`` (post-collision at time-1), collide, write ``dst``."""
+        pre, force, scratch = pull(src, geo, scratch, time)
+        dst, extra, report = collide_write(dst, pre, extra, geo, time, after)
+        return dst, scratch, extra, force, report
+
+    def collide_pull(dst, scratch, extra, geo: dict, time: Array, after: Array | None = None):
+        """One step in the other order (materialised plans): collide the scratch buffers'
+        f(x, time), write ``dst``, pull f(x, time + 1) from it into the scratch buffers."""
+        dst, extra, report = collide_write(dst, scratch, extra, geo, time, after)
+        _, force, scratch = pull(dst, geo, scratch, time + 1)
         return dst, scratch, extra, force, report
 
     def boundary_planes(pre: Sequence[Array], time: Array, geo: dict) -> dict:
@@ -426,6 +450,8 @@ def _make_chunk(
 
     def chunk(state: FluidState, geometry: FluidGeometry, n: int, extra):
         geo = padded_geometry(geometry)
+        if plan.materialise:
+            return materialised_chunk(state, geo, n, extra)
         t0 = state.time
         pre = state_populations(state)
         post, patch, extra, report = collide(pre, t0, extra, geo)
@@ -439,8 +465,7 @@ def _make_chunk(
         b = tuple(jnp.zeros_like(p) for p in a)
         forces = []
 
-        # the scratch starts as f(t0), the step before the first one it receives
-        scratch = tuple(state_populations(state)) if plan.materialise else ()
+        scratch = ()  # the pull materialises nothing on this path
 
         # two steps per iteration, a -> b -> a, so the loop carry never swaps buffers
         # (a swapped carry makes XLA insert full copies)
@@ -467,6 +492,51 @@ def _make_chunk(
         pre, f, _ = pull(a, geo, scratch, t0 + n)
         forces.append(f[None])
         new_state = FluidState(populations=to_storage(jnp.stack(encoded(pre))), time=t0 + n)
+        forces = jnp.concatenate(forces)
+        if plan.force is not None:
+            forces = halo.sum(forces)
+        reports = jax.tree.map(lambda *r: jnp.concatenate(r), *reports)
+        return new_state, forces, extra, reports
+
+    def materialised_chunk(state: FluidState, geo: dict, n: int, extra):
+        """The chunk of a plan that writes the pulled populations into scratch buffers: each
+        step collides them, writes a padded buffer and pulls the next step's from it, so that
+        the loop body (two steps) is the whole program for an even ``n`` (the other order
+        needs a collision before the loop and a pull after it, and an odd step for an even n:
+        twice the program to compile, the same work to run)."""
+        t0 = state.time
+        # the scratch holds f(t0): the first collision's input and the "previous step" of the
+        # first pull
+        scratch = tuple(state_populations(state))
+        # zeros like the state (not jnp.zeros): inside shard_map they vary over the mesh as
+        # the buffers the loop writes do
+        stored = [jax.eval_shape(enc, p).dtype for enc, p in zip(encoders, scratch, strict=True)]
+        a = tuple(jnp.pad(jnp.zeros_like(p, s), 1) for p, s in zip(scratch, stored, strict=True))
+        b = tuple(jnp.zeros_like(p) for p in a)
+
+        # two steps per iteration, into b then a, so the loop carry never swaps buffers
+        def two_steps(carry, k):
+            a, b, scratch, extra = carry
+            t = t0 + 2 * k
+            b, scratch, extra, f1, r1 = collide_pull(b, scratch, extra, geo, t)
+            a, scratch, extra, f2, r2 = collide_pull(a, scratch, extra, geo, t + 1, after=f1)
+            return (a, b, scratch, extra), (jnp.stack([f1, f2]), stacked(r1, r2))
+
+        forces, reports = [], []
+        pairs = n // 2
+        if pairs > 0:
+            (a, b, scratch, extra), (paired, paired_reports) = lax.scan(
+                two_steps, (a, b, scratch, extra), jnp.arange(pairs, dtype=jnp.int32)
+            )
+            forces.append(paired.reshape(2 * pairs, setup.force_width))
+            reports.append(
+                jax.tree.map(lambda r: r.reshape((2 * pairs, *r.shape[2:])), paired_reports)
+            )
+        if n % 2:
+            b, scratch, extra, f, report = collide_pull(b, scratch, extra, geo, t0 + n - 1)
+            forces.append(f[None])
+            reports.append(jax.tree.map(lambda r: r[None], report))
+        new_state = FluidState(populations=to_storage(jnp.stack(encoded(scratch))), time=t0 + n)
         forces = jnp.concatenate(forces)
         if plan.force is not None:
             forces = halo.sum(forces)
