@@ -22,10 +22,11 @@ The state seen outside a chunk holds pre-collision populations at its time; the 
 them once on entry and streams once on exit. Where the plan writes the pulled populations into
 scratch buffers (curved walls, open faces, a force), the scratch carries them from one step to
 the next, and each step is collide, write, pull: the loop body of two steps is then the whole
-program for an even chunk length (docs/performance.md, "One step body per chunk"). With a 16-bit ``setup.storage`` the state and the
-padded buffers hold the stored form (f - w) * s (kernels/storage.py): the pull decodes what it
-slices (fused into the slice's consumers) and the collision's outputs are encoded where they are
-written, so every population is decoded once and encoded once per step (docs/storage.md).
+program for an even chunk length (docs/performance.md, "One step body per chunk"). With a
+16-bit ``setup.storage`` the state and the padded buffers hold the stored form (f - w) * s
+(kernels/storage.py): the pull decodes what it slices (fused into the slice's consumers) and
+the collision's outputs are encoded where they are written, so every population is decoded once
+and encoded once per step (docs/storage.md).
 docs/performance.md has the measurements behind each choice; docs/architecture.md says how to
 add a part.
 """
