@@ -476,15 +476,9 @@ def _make_chunk(
             a, scratch, extra, f2, r2 = advance(b, a, scratch, extra, geo, t0 + 2 * k + 2, after=f1)
             return (a, b, scratch, extra), (jnp.stack([f1, f2]), stacked(r1, r2))
 
-        pairs = (n - 1) // 2
-        if pairs > 0:
-            (a, b, scratch, extra), (paired, paired_reports) = lax.scan(
-                two_steps, (a, b, scratch, extra), jnp.arange(pairs, dtype=jnp.int32)
-            )
-            forces.append(paired.reshape(2 * pairs, setup.force_width))
-            reports.append(
-                jax.tree.map(lambda r: r.reshape((2 * pairs, *r.shape[2:])), paired_reports)
-            )
+        a, b, scratch, extra = scan_pairs(
+            two_steps, (a, b, scratch, extra), (n - 1) // 2, forces, reports
+        )
         if (n - 1) % 2:
             b, scratch, extra, f, report = advance(a, b, scratch, extra, geo, t0 + n - 1)
             a = b
@@ -492,12 +486,7 @@ def _make_chunk(
             reports.append(jax.tree.map(lambda r: r[None], report))
         pre, f, _ = pull(a, geo, scratch, t0 + n)
         forces.append(f[None])
-        new_state = FluidState(populations=to_storage(jnp.stack(encoded(pre))), time=t0 + n)
-        forces = jnp.concatenate(forces)
-        if plan.force is not None:
-            forces = halo.sum(forces)
-        reports = jax.tree.map(lambda *r: jnp.concatenate(r), *reports)
-        return new_state, forces, extra, reports
+        return concluded(pre, t0 + n, forces, reports, extra)
 
     def materialised_chunk(state: FluidState, geo: dict, n: int, extra):
         """The chunk of a plan that writes the pulled populations into scratch buffers: each
@@ -524,20 +513,31 @@ def _make_chunk(
             return (a, b, scratch, extra), (jnp.stack([f1, f2]), stacked(r1, r2))
 
         forces, reports = [], []
-        pairs = n // 2
-        if pairs > 0:
-            (a, b, scratch, extra), (paired, paired_reports) = lax.scan(
-                two_steps, (a, b, scratch, extra), jnp.arange(pairs, dtype=jnp.int32)
-            )
-            forces.append(paired.reshape(2 * pairs, setup.force_width))
-            reports.append(
-                jax.tree.map(lambda r: r.reshape((2 * pairs, *r.shape[2:])), paired_reports)
-            )
+        a, b, scratch, extra = scan_pairs(
+            two_steps, (a, b, scratch, extra), n // 2, forces, reports
+        )
         if n % 2:
             b, scratch, extra, f, report = collide_pull(b, scratch, extra, geo, t0 + n - 1)
             forces.append(f[None])
             reports.append(jax.tree.map(lambda r: r[None], report))
-        new_state = FluidState(populations=to_storage(jnp.stack(encoded(scratch))), time=t0 + n)
+        return concluded(scratch, t0 + n, forces, reports, extra)
+
+    def scan_pairs(two_steps: Callable, carry: tuple, pairs: int, forces: list, reports: list):
+        """``carry`` after ``pairs`` iterations of ``two_steps``; their forces (2 * pairs, width)
+        and reports appended to ``forces`` and ``reports``."""
+        if pairs == 0:
+            return carry
+        carry, (paired, paired_reports) = lax.scan(
+            two_steps, carry, jnp.arange(pairs, dtype=jnp.int32)
+        )
+        forces.append(paired.reshape(2 * pairs, setup.force_width))
+        reports.append(jax.tree.map(lambda r: r.reshape((2 * pairs, *r.shape[2:])), paired_reports))
+        return carry
+
+    def concluded(pre: Sequence[Array], time: Array, forces: list, reports: list, extra):
+        """The chunk's results: the state holding ``pre`` (q arrays f(x, time)), the forces of
+        every step (summed over shards) and the reports, concatenated over the steps."""
+        new_state = FluidState(populations=to_storage(jnp.stack(encoded(pre))), time=time)
         forces = jnp.concatenate(forces)
         if plan.force is not None:
             forces = halo.sum(forces)
