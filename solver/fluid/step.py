@@ -411,11 +411,12 @@ def _make_chunk(
         dst = write(dst, encoded(post), patch, time, faces or None)
         return dst, extra, report
 
-    def advance(src, dst, scratch, extra, geo: dict, time: Array, after: Array | None = None):
-        """One step: pull from ``src`` (post-collision at time-1), collide, write ``dst``."""
-        pre, force, scratch = pull(src, geo, scratch, time)
+    def advance(src, dst, extra, geo: dict, time: Array, after: Array | None = None):
+        """One step of a plan without scratch buffers: pull from ``src`` (post-collision at
+        time-1), collide, write ``dst``."""
+        pre, force, _ = pull(src, geo, (), time)
         dst, extra, report = collide_write(dst, pre, extra, geo, time, after)
-        return dst, scratch, extra, force, report
+        return dst, extra, force, report
 
     def collide_pull(dst, scratch, extra, geo: dict, time: Array, after: Array | None = None):
         """One step in the other order (materialised plans): collide the scratch buffers'
@@ -466,25 +467,21 @@ def _make_chunk(
         b = tuple(jnp.zeros_like(p) for p in a)
         forces = []
 
-        scratch = ()  # the pull materialises nothing on this path
-
         # two steps per iteration, a -> b -> a, so the loop carry never swaps buffers
         # (a swapped carry makes XLA insert full copies)
         def two_steps(carry, k):
-            a, b, scratch, extra = carry
-            b, scratch, extra, f1, r1 = advance(a, b, scratch, extra, geo, t0 + 2 * k + 1)
-            a, scratch, extra, f2, r2 = advance(b, a, scratch, extra, geo, t0 + 2 * k + 2, after=f1)
-            return (a, b, scratch, extra), (jnp.stack([f1, f2]), stacked(r1, r2))
+            a, b, extra = carry
+            b, extra, f1, r1 = advance(a, b, extra, geo, t0 + 2 * k + 1)
+            a, extra, f2, r2 = advance(b, a, extra, geo, t0 + 2 * k + 2, after=f1)
+            return (a, b, extra), (jnp.stack([f1, f2]), stacked(r1, r2))
 
-        a, b, scratch, extra = scan_pairs(
-            two_steps, (a, b, scratch, extra), (n - 1) // 2, forces, reports
-        )
+        a, b, extra = scan_pairs(two_steps, (a, b, extra), (n - 1) // 2, forces, reports)
         if (n - 1) % 2:
-            b, scratch, extra, f, report = advance(a, b, scratch, extra, geo, t0 + n - 1)
+            b, extra, f, report = advance(a, b, extra, geo, t0 + n - 1)
             a = b
             forces.append(f[None])
             reports.append(jax.tree.map(lambda r: r[None], report))
-        pre, f, _ = pull(a, geo, scratch, t0 + n)
+        pre, f, _ = pull(a, geo, (), t0 + n)
         forces.append(f[None])
         return concluded(pre, t0 + n, forces, reports, extra)
 
