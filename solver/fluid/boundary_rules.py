@@ -44,7 +44,13 @@ from kernels.equilibrium import Populations
 from kernels.lattices import CS2, Lattice
 from solver.distributed.halo import Halo
 from solver.errors import ConfigError
-from solver.fluid.grid_field import any_cells, covering_boxes, merged_boxes, near_walls
+from solver.fluid.grid_field import (
+    any_cells,
+    covering_boxes,
+    merged_boxes,
+    near_walls,
+    plane_pulls_from,
+)
 from solver.fluid.grid_field import linked_directions as setup_linked_directions
 from solver.fluid.padded import Region, upstream
 from solver.fluid.setup import FluidSetup, InflowSchedule, OpenBoundary
@@ -568,6 +574,23 @@ def periodic_axes(setup: FluidSetup) -> tuple[bool, ...]:
     return tuple(a not in closed for a in range(setup.lattice.d))
 
 
+def face_walls(
+    setup: FluidSetup, ob: OpenBoundary, walls: tuple[BoundaryRule, ...]
+) -> tuple[BoundaryRule, ...]:
+    """The wall rules an open face re-runs on the plane one cell inside (``Face.neighbour``):
+    none where no fluid node of that plane pulls out of a solid, since they would change
+    nothing there (the same values; each rule's per-direction coefficients would still be
+    compiled into the chunk). Only the plane of the global face counts: on a shard away from
+    it the face rule's values are discarded."""
+    n = setup.shape[ob.axis]
+    if not walls or n < 3:
+        return walls
+    inner = 1 if ob.side == "low" else n - 2
+    if plane_pulls_from(setup.lattice.c, setup.solid, ob.axis, inner, setup.mirror_axes):
+        return walls
+    return ()
+
+
 def plan_boundaries(setup: FluidSetup, halo: Halo) -> BoundaryPlan:
     """Pick the boundary parts the setup needs, on the host (global setup: every shard traces
     the same program)."""
@@ -596,7 +619,7 @@ def plan_boundaries(setup: FluidSetup, halo: Halo) -> BoundaryPlan:
     if moving and not curved:
         padded.append(("wall_velocity", 1))
     faces = tuple(
-        open_boundary(ob, k, walls, halo, has_solid, setup.shape[ob.axis])
+        open_boundary(ob, k, face_walls(setup, ob, walls), halo, has_solid, setup.shape[ob.axis])
         for k, ob in enumerate(setup.open_boundaries)
     )
     materialise = curved or bool(faces) or force is not None

@@ -258,6 +258,26 @@ def linked_directions(velocities: np.ndarray, mask, solid, mirror_axes=()) -> li
     return found
 
 
+def plane_pulls_from(velocities: np.ndarray, solid, axis: int, index: int, mirror_axes=()) -> bool:
+    """Whether a fluid node of the grid's plane ``index`` along ``axis`` (0 < index < n - 1)
+    pulls some direction out of a solid node (periodic, or mirrored along ``mirror_axes``, on
+    the plane's other axes): whether a wall rule changes anything on that plane. Reads three
+    planes of a lazy field, never the whole grid."""
+    c = np.asarray(velocities)
+    d = c.shape[1]
+    box = [slice(None)] * d
+    box[axis] = slice(index - 1, index + 2)
+    ext = np.moveaxis(np.asarray(solid[tuple(box)]), axis, 0)
+    others = [a for a in range(d) if a != axis]
+    mirrored = [others.index(a) for a in mirror_axes if a != axis]  # axes of a plane
+    fluid = ~ext[1]
+    for i in range(len(c)):
+        up = shifted(ext[1 - int(c[i, axis])], c[i, others], range(d - 1), mirrored)
+        if bool((up & fluid).any()):
+            return True
+    return False
+
+
 def near_walls(velocities: np.ndarray, solid, block: tuple[int, ...], mirror_axes=()) -> np.ndarray:
     """(block) bool: where, in any block of shape ``block`` tiling the grid, a node is solid or
     pulls some direction out of a solid node (periodic, or mirrored along ``mirror_axes``),
