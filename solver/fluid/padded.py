@@ -17,7 +17,6 @@ import jax.numpy as jnp
 import numpy as np
 from jax import Array, lax
 
-from solver.distributed.decomposition import neighbour_offsets
 from solver.distributed.halo import Halo, SingleHalo, shift_together
 
 SINGLE = SingleHalo()
@@ -32,34 +31,35 @@ def pad_with_halo(
     field: Array, lead: int = 0, halo: Halo = SINGLE, mirror_axes: Sequence[int] = ()
 ) -> Array:
     """(*lead_axes, *shape) -> (*lead_axes, *(shape + 2)) with every ghost layer (faces, edges,
-    corners) filled by ``halo``: periodic on one device, from the neighbours when sharded (one
-    message per neighbour). Along ``mirror_axes`` the ghosts copy the block's own edge planes
-    (symmetry planes; the leading components are not permuted, so only fields whose ghosts are
-    read as scalars belong here: the solid and obstacle masks)."""
+    corners) filled by ``halo``: periodic on one device, from the neighbours when sharded. Along
+    ``mirror_axes`` the ghosts copy the block's own edge planes (symmetry planes; the leading
+    components are not permuted, so only fields whose ghosts are read as scalars belong here:
+    the solid and obstacle masks).
+
+    One axis after the other: the planes sent along a later axis already hold the ghosts of the
+    earlier ones, so edges and corners arrive with them (two messages per split axis, and a
+    handful of copies for XLA to compile instead of one per ghost region)."""
     d = field.ndim - lead
-    shape = field.shape[lead:]
-    padded = jnp.pad(field, [(0, 0)] * lead + [(1, 1)] * d)
-    routes: dict[tuple[int, ...], list] = {}
-    for offset in neighbour_offsets(d):
-        moving = tuple(a for a, o in enumerate(offset) if o)
-        for axes, src_start, src_size, ghost_start in ghost_regions(offset, shape):
-            if axes == moving:  # the region only this offset reads
-                src_start, _ = _mirrored(offset, axes, src_start, shape, mirror_axes)
-                shift = tuple(0 if a in mirror_axes else o for a, o in enumerate(offset))
-                block = lax.slice(
-                    field,
-                    [0] * lead + src_start,
-                    list(field.shape[:lead])
-                    + [s + n for s, n in zip(src_start, src_size, strict=True)],
-                )
-                routes.setdefault(halo.route(shift), []).append((ghost_start, block))
-    for route, items in routes.items():
-        blocks = [block for _, block in items]
-        if any(route):
-            blocks = shift_blocks(halo, blocks, route)
-        for (ghost_start, _), block in zip(items, blocks, strict=True):
-            padded = lax.dynamic_update_slice(padded, block, [0] * lead + ghost_start)
-    return padded
+    out = field
+    for a in range(d):
+        axis = lead + a
+        n = out.shape[axis]
+        first = lax.slice_in_dim(out, 0, 1, axis=axis)
+        last = lax.slice_in_dim(out, n - 1, n, axis=axis)
+        if a in mirror_axes:
+            low, high = first, last
+        else:  # the low ghost is the last plane of the block below (a pull along +1 reads it)
+            low, high = (_from_neighbour(halo, p, a, s, d) for p, s in ((last, 1), (first, -1)))
+        out = jnp.concatenate([low, out, high], axis=axis)
+    return out
+
+
+def _from_neighbour(halo: Halo, block: Array, axis: int, sign: int, d: int) -> Array:
+    """``block`` of the shard at -sign along ``axis`` (this block's own on an unsplit axis)."""
+    offset = [0] * d
+    offset[axis] = sign
+    route = halo.route(offset)
+    return shift_blocks(halo, [block], route)[0] if any(route) else block
 
 
 def shift_blocks(halo: Halo, blocks: Sequence[Array], route: Sequence[int]) -> list[Array]:
