@@ -174,28 +174,43 @@ def quadratic_interpolated_bounce_back(
     return _curved_links(lattice, streamed, post_collision, incoming, distance, quadratic)
 
 
-def momentum_exchange(
+def exchanged_momentum(
     lattice: Lattice,
     post_collision: Populations,
     new: Populations,
     incoming: Sequence[Array | None],
-) -> tuple[Array, ...]:
-    """Force on the solid behind the masked links, d scalars in lattice units.
+) -> list[Array]:
+    """Per node, the momentum its links into the solid exchange, d arrays (*grid), lattice
+    units: m(x) = sum over the masked links (x, j) of c_j [f_j*(x) + f_i(x)].
 
     Args:
         post_collision: q arrays (*grid) before streaming.
         new: q arrays (*grid) after streaming and boundary rules.
         incoming: q masks (*grid): fluid nodes whose upstream node along -c_i is the body.
     """
-    force = [0.0] * lattice.d
+    density = [jnp.zeros_like(new[0]) for _ in range(lattice.d)]
     for i in range(lattice.q):
         if incoming[i] is None:
             continue
         j = int(lattice.opposite[i])
-        exchanged = jnp.sum(jnp.where(incoming[i], post_collision[j] + new[i], 0.0))
+        exchanged = jnp.where(incoming[i], post_collision[j] + new[i], 0.0)
         for a in range(lattice.d):
-            force[a] = force[a] + int(lattice.c[j, a]) * exchanged
-    return tuple(force)
+            c = int(lattice.c[j, a])  # +-1 or 0: an add or a subtract, no multiply
+            if c:
+                density[a] = density[a] + exchanged if c > 0 else density[a] - exchanged
+    return density
+
+
+def momentum_exchange(
+    lattice: Lattice,
+    post_collision: Populations,
+    new: Populations,
+    incoming: Sequence[Array | None],
+) -> tuple[Array, ...]:
+    """Force on the solid behind the masked links, d scalars in lattice units: the sum over
+    the nodes of ``exchanged_momentum`` (one reduction per component, not one per direction
+    and component: each reduction is a kernel XLA compiles on its own)."""
+    return tuple(jnp.sum(m) for m in exchanged_momentum(lattice, post_collision, new, incoming))
 
 
 def momentum_exchange_moment(
@@ -208,6 +223,7 @@ def momentum_exchange_moment(
     """Moment of the momentum-exchange force about a point x_0, lattice units.
 
         M = sum over links (x, j into the solid) of (x - x_0) x c_j [f_j*(x) + f_i(x)]
+          = sum over nodes of (x - x_0) x m(x)      (m: ``exchanged_momentum``)
 
     The force of a link acts along c_j, so any point on the link gives the same moment
     (c_j x c_j = 0): the fluid node x stands for the wall point x + q c_j.
@@ -218,25 +234,17 @@ def momentum_exchange_moment(
     Returns:
         (M_x, M_y, M_z) in 3D; (M_z,) in 2D.
     """
-    d = lattice.d
-    # first[a][b] = sum over links of arm_a c_j,b (exchanged momentum): M = eps_kab first[a][b]
-    first = [[0.0] * d for _ in range(d)]
-    for i in range(lattice.q):
-        if incoming[i] is None:
-            continue
-        j = int(lattice.opposite[i])
-        exchanged = jnp.where(incoming[i], post_collision[j] + new[i], 0.0)
-        for a in range(d):
-            weighted = jnp.sum(arm[a] * exchanged)
-            for b in range(d):
-                if lattice.c[j, b] != 0:
-                    first[a][b] = first[a][b] + int(lattice.c[j, b]) * weighted
-    if d == 2:
-        return (first[0][1] - first[1][0],)
-    return (
-        first[1][2] - first[2][1],
-        first[2][0] - first[0][2],
-        first[0][1] - first[1][0],
+    return moment_of(arm, exchanged_momentum(lattice, post_collision, new, incoming))
+
+
+def moment_of(arm: Sequence[Array], momentum: Sequence[Array]) -> tuple[Array, ...]:
+    """sum over nodes of arm(x) x m(x): d arrays (*grid) each; (M_x, M_y, M_z) in 3D, (M_z,)
+    in 2D."""
+    a, m = arm, momentum
+    if len(a) == 2:
+        return (jnp.sum(a[0] * m[1] - a[1] * m[0]),)
+    return tuple(
+        jnp.sum(a[(k + 1) % 3] * m[(k + 2) % 3] - a[(k + 2) % 3] * m[(k + 1) % 3]) for k in range(3)
     )
 
 

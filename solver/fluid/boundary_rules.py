@@ -493,7 +493,8 @@ def obstacle_force(
             for i in range(lat.q)
         ]
         dtype = f[0].dtype
-        force = list(boundaries.momentum_exchange(lat, pull.here, f, at_obstacle))
+        momentum = boundaries.exchanged_momentum(lat, pull.here, f, at_obstacle)
+        force = [jnp.sum(m) for m in momentum]
         if center is not None:
             shape = f[0].shape
             # the block's place in the grid, and the region's in the block
@@ -503,7 +504,7 @@ def obstacle_force(
                 lax.broadcasted_iota(dtype, shape, a) + (origin[a] + start[a] - center[a])
                 for a in range(lat.d)
             ]
-            force += boundaries.momentum_exchange_moment(lat, pull.here, f, at_obstacle, arm)
+            force += boundaries.moment_of(arm, momentum)
         return jnp.stack([jnp.asarray(v, dtype) for v in force])
 
     return measure
