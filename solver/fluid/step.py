@@ -469,13 +469,13 @@ def _make_chunk(
 
         # two steps per iteration, a -> b -> a, so the loop carry never swaps buffers
         # (a swapped carry makes XLA insert full copies)
-        def two_steps(carry, k):
+        def two_steps(carry, k, geo):
             a, b, extra = carry
             b, extra, f1, r1 = advance(a, b, extra, geo, t0 + 2 * k + 1)
             a, extra, f2, r2 = advance(b, a, extra, geo, t0 + 2 * k + 2, after=f1)
             return (a, b, extra), (jnp.stack([f1, f2]), stacked(r1, r2))
 
-        a, b, extra = scan_pairs(two_steps, (a, b, extra), (n - 1) // 2, forces, reports)
+        a, b, extra = scan_pairs(two_steps, (a, b, extra), (n - 1) // 2, forces, reports, geo)
         if (n - 1) % 2:
             b, extra, f, report = advance(a, b, extra, geo, t0 + n - 1)
             a = b
@@ -502,7 +502,7 @@ def _make_chunk(
         b = tuple(jnp.zeros_like(p) for p in a)
 
         # two steps per iteration, into b then a, so the loop carry never swaps buffers
-        def two_steps(carry, k):
+        def two_steps(carry, k, geo):
             a, b, scratch, extra = carry
             t = t0 + 2 * k
             b, scratch, extra, f1, r1 = collide_pull(b, scratch, extra, geo, t)
@@ -511,7 +511,7 @@ def _make_chunk(
 
         forces, reports = [], []
         a, b, scratch, extra = scan_pairs(
-            two_steps, (a, b, scratch, extra), n // 2, forces, reports
+            two_steps, (a, b, scratch, extra), n // 2, forces, reports, geo
         )
         if n % 2:
             b, scratch, extra, f, report = collide_pull(b, scratch, extra, geo, t0 + n - 1)
@@ -519,14 +519,24 @@ def _make_chunk(
             reports.append(jax.tree.map(lambda r: r[None], report))
         return concluded(scratch, t0 + n, forces, reports, extra)
 
-    def scan_pairs(two_steps: Callable, carry: tuple, pairs: int, forces: list, reports: list):
-        """``carry`` after ``pairs`` iterations of ``two_steps``; their forces (2 * pairs, width)
-        and reports appended to ``forces`` and ``reports``."""
+    def scan_pairs(
+        two_steps: Callable, carry: tuple, pairs: int, forces: list, reports: list, geo: dict
+    ):
+        """``carry`` after ``pairs`` iterations of ``two_steps(carry, k, geo)``; their forces
+        (2 * pairs, width) and reports appended to ``forces`` and ``reports``."""
         if pairs == 0:
             return carry
-        carry, (paired, paired_reports) = lax.scan(
-            two_steps, carry, jnp.arange(pairs, dtype=jnp.int32)
-        )
+
+        def body(carry, k):
+            # The geometry passes a barrier with the iteration index, so XLA sees it vary over
+            # the loop and computes what the parts derive from it (wall coefficients and
+            # masks per direction and box) inside the fusions that use them. Hoisted out of
+            # the loop, each was a kernel of its own to compile and a loop-carried array to
+            # read back every step (docs/performance.md, "Geometry inside the loop").
+            varying, k = lax.optimization_barrier((geo, k))
+            return two_steps(carry, k, varying)
+
+        carry, (paired, paired_reports) = lax.scan(body, carry, jnp.arange(pairs, dtype=jnp.int32))
         forces.append(paired.reshape(2 * pairs, setup.force_width))
         reports.append(jax.tree.map(lambda r: r.reshape((2 * pairs, *r.shape[2:])), paired_reports))
         return carry
