@@ -88,7 +88,7 @@ def test_plan_holds_only_the_parts_the_setup_needs():
     plan = boundary_rules.plan_boundaries(setup, SINGLE)
     assert plan.walls == (boundary_rules.bouzidi,)
     assert len(plan.faces) == 2 and plan.force is not None and plan.materialise
-    assert plan.padded == (("solid", 0), ("wall_distance", 1), ("obstacle", 0))
+    assert plan.padded == (("solid", 0), ("obstacle", 0))  # wall distances: no ghosts read
 
 
 def _disk_channel(shape=(40, 20), center=(20.0, 9.5), radius=3.2) -> FluidSetup:
@@ -130,6 +130,44 @@ def test_wall_regions_hold_every_node_the_rules_touch():
     assert boundary_rules.plan_boundaries(narrow, SINGLE).regions is None
 
 
+def test_a_plane_pulls_from_a_solid_exactly_where_some_link_of_it_does():
+    """``plane_pulls_from`` on every inner plane along every axis, periodic and with a
+    symmetry plane, against the links of the whole grid; a lazy field gives the same."""
+    lat = LATTICES["D3Q19"]
+    solid = np.zeros((10, 8, 6), bool)
+    solid[4:6, 0:2, 1:3] = True  # touches the y = 0 edge: its image across a symmetry plane
+    solid[8, 7, 5] = True  # a corner node: its links wrap around y and z
+    lazy = GridField(solid.shape, bool, lambda box: solid[box])
+    for mirror in ((), (1,)):
+        pulls = np.zeros(solid.shape, bool)
+        for c in lat.c:
+            pulls |= ~solid & grid_field.shifted(solid, c, range(3), mirror)
+        for axis in range(3):
+            for index in range(1, solid.shape[axis] - 1):
+                expected = bool(np.take(pulls, index, axis=axis).any())
+                got = grid_field.plane_pulls_from(lat.c, solid, axis, index, mirror)
+                assert got == expected, (mirror, axis, index)
+                assert grid_field.plane_pulls_from(lat.c, lazy, axis, index, mirror) == got
+
+
+def test_open_faces_rerun_the_walls_only_where_the_plane_inside_pulls_from_a_solid():
+    """A face's rule re-runs the wall rules on the plane one cell inside: in a channel whose
+    walls run along it they are kept, beside an obstacle away from the face there are none."""
+    faces = (
+        OpenBoundary(0, "low", "velocity", velocity=np.zeros((2, 20))),
+        OpenBoundary(0, "high", "pressure", density=1.0),
+    )
+    walls = (boundary_rules.bounce_back,)
+    channel = dataclasses.replace(_disk_channel(), open_boundaries=faces)
+    assert [boundary_rules.face_walls(channel, ob, walls) for ob in faces] == [walls, walls]
+    free = dataclasses.replace(channel, solid=np.asarray(channel.obstacle))
+    assert [boundary_rules.face_walls(free, ob, walls) for ob in faces] == [(), ()]
+    near_outlet = np.zeros(channel.shape, bool)
+    near_outlet[-1, 8:11] = True  # on the outlet face itself: the plane inside pulls from it
+    touching = dataclasses.replace(free, solid=near_outlet | np.asarray(free.solid))
+    assert [boundary_rules.face_walls(touching, ob, walls) for ob in faces] == [(), walls]
+
+
 @pytest.mark.fast_compile  # a short run: compiling is most of it (tests/conftest.py)
 def test_rules_on_boxes_equal_the_rules_on_the_whole_block(monkeypatch):
     """Curved walls, the rest state in solids, the force and its moment computed on the boxes
@@ -166,3 +204,32 @@ def test_rules_on_boxes_equal_the_rules_on_the_whole_block(monkeypatch):
     assert np.isfinite(whole).all() and np.abs(whole_forces[:, 0]).max() > 1e-4
     np.testing.assert_allclose(boxed, whole, rtol=0, atol=2e-6)
     np.testing.assert_allclose(boxed_forces, whole_forces, rtol=1e-4, atol=1e-7)
+
+
+@pytest.mark.fast_compile
+def test_nothing_derived_from_the_geometry_is_hoisted_out_of_the_step_loop():
+    """The chunk's loop reads the geometry through a barrier with the iteration index, so XLA
+    leaves what the parts derive from it (Bouzidi's coefficients and the link masks of every
+    direction and box) inside the loop's fusions: no fusion of the loop body's computations
+    with operands runs before the loop (hoisted, each was a kernel to compile and an array
+    carried through the loop). An even chunk: the loop body is the whole program."""
+    setup = dataclasses.replace(
+        _disk_channel(),
+        moment_center=(20.0, 9.5),
+        open_boundaries=(
+            OpenBoundary(0, "low", "velocity", velocity=np.full((2, 20), 0.02)),
+            OpenBoundary(0, "high", "convective", density=1.0),
+        ),
+    )
+    chunk = jax.jit(step.make_chunk(setup), static_argnums=2)
+    state = step.initial_state(setup, np.ones(setup.shape), np.zeros((2, *setup.shape)))
+    text = chunk.lower(state, step.make_geometry(setup), 6).compile().as_text()
+    entry = text[text.index("\nENTRY ") :]
+    entry = entry[: entry.index("\n}")]
+    hoisted = [
+        line
+        for line in entry.splitlines()
+        if "while/body" in line and " fusion(" in line and " fusion()" not in line
+    ]
+    assert len(hoisted) == 0, hoisted[:3]
+    assert " while(" in entry  # the loop is there to hoist out of

@@ -63,8 +63,9 @@ class Pull:
     Attributes:
         lattice: the velocity set.
         buffers: q arrays (*shape + 2), post-collision populations f_i* with filled ghosts.
-        geometry: padded geometry arrays by name (``solid`` (*shape + 2), ``wall_distance``
-            (q, *shape + 2), ...), plus ``solid_interior`` (*shape) and ``open_velocity``.
+        geometry: padded geometry arrays by name (``solid`` (*shape + 2), ``obstacle``, ...),
+            plus unpadded ``solid_interior`` (*shape), ``wall_distance`` (q, *shape), ``sponge``
+            and ``open_velocity``.
         wall_links: per direction, whether some fluid node pulls it out of a solid node.
         region: (start, size) per axis in interior coordinates; None is the whole interior.
         time: int32 scalar, the step whose pre-collision populations are being made.
@@ -83,6 +84,12 @@ class Pull:
     def shifted(self, padded: Array, offset: Sequence[int]) -> Array:
         """a(x - offset) over the region, for a padded (*shape + 2) array (a static slice)."""
         return upstream(padded, offset, self.region)
+
+    def local(self, field: Array) -> Array:
+        """The region of an unpadded (*shape) array (a static slice)."""
+        if self.region is None:
+            return field
+        return lax.slice(field, [r0 for r0, _ in self.region], [r0 + n for r0, n in self.region])
 
     def at(self, region: Region) -> Pull:
         """The same buffers seen from another region."""
@@ -152,9 +159,8 @@ def bouzidi(f: Populations, pull: Pull) -> tuple[Array, ...]:
     ``wall_distance`` (the fraction of the link x -> x + c_j in the fluid, j = opposite(i))."""
     lat = pull.lattice
     here, incoming = pull.here, pull.incoming
-    zero = (0,) * lat.d
     distance = [
-        pull.shifted(pull.geometry["wall_distance"][int(lat.opposite[i])], zero)
+        pull.local(pull.geometry["wall_distance"][int(lat.opposite[i])])
         if pull.wall_links[i]
         else None
         for i in range(lat.q)
@@ -171,7 +177,6 @@ def quadratic_bouzidi(periodic: Sequence[bool]) -> BoundaryRule:
     def rule(f: Populations, pull: Pull) -> tuple[Array, ...]:
         lat = pull.lattice
         here, incoming = pull.here, pull.incoming
-        zero = (0,) * lat.d
         solid = pull.geometry["solid"]
         distance: list[Array | None] = []
         beyond: list[tuple[Array, Array, Array] | None] = []
@@ -182,7 +187,7 @@ def quadratic_bouzidi(periodic: Sequence[bool]) -> BoundaryRule:
                 continue
             j = int(lat.opposite[i])
             away = [-int(c) for c in lat.c[i]]
-            distance.append(pull.shifted(pull.geometry["wall_distance"][j], zero))
+            distance.append(pull.local(pull.geometry["wall_distance"][j]))
             # the halo fills only the ghosts each direction's pull reads (a buffer's side
             # -c_i), so the nodes along +c_i come from the interior, wrapped
             second = ~wrapped(solid, away, 1, pull.region)
@@ -608,7 +613,6 @@ def plan_boundaries(setup: FluidSetup, halo: Halo) -> BoundaryPlan:
             walls = (bouzidi,)
             if setup.curved_walls == "quadratic":
                 walls = (quadratic_bouzidi(periodic_axes(setup)),)
-            padded.append(("wall_distance", 1))
         elif moving:
             walls = (moving_wall,)
         else:

@@ -22,7 +22,10 @@ The state seen outside a chunk holds pre-collision populations at its time; the 
 them once on entry and streams once on exit. Where the plan writes the pulled populations into
 scratch buffers (curved walls, open faces, a force), the scratch carries them from one step to
 the next, and each step is collide, write, pull: the loop body of two steps is then the whole
-program for an even chunk length (docs/performance.md, "One step body per chunk"). With a
+program for an even chunk length (docs/performance.md, "One step body per chunk"). The loop
+reads the geometry through a barrier with the iteration index, so that XLA computes what the
+parts derive from it (wall coefficients, link masks) inside the fusions that use them instead of
+hoisting each out of the loop ("Geometry inside the loop"). With a
 16-bit ``setup.storage`` the state and the padded buffers hold the stored form (f - w) * s
 (kernels/storage.py): the pull decodes what it slices (fused into the slice's consumers) and
 the collision's outputs are encoded where they are written, so every population is decoded once
@@ -442,6 +445,8 @@ def _make_chunk(
             "open_velocity": geometry.open_velocity,
             "solid_interior": geometry.solid,
             "sponge": geometry.sponge,
+            # read only at the node itself: no ghosts, and no padded copy of q arrays
+            "wall_distance": geometry.wall_distance,
         }
         for name, lead in plan.padded:
             geo[name] = pad_with_halo(getattr(geometry, name), lead, halo, setup.mirror_axes)
