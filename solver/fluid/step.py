@@ -480,7 +480,12 @@ def _make_chunk(
             a, extra, f2, r2 = advance(b, a, extra, geo, t0 + 2 * k + 2, after=f1)
             return (a, b, extra), (jnp.stack([f1, f2]), stacked(r1, r2))
 
-        a, b, extra = scan_pairs(two_steps, (a, b, extra), (n - 1) // 2, forces, reports, geo)
+        # the geometry stays loop-invariant here: periodic boxes and plain walls derive a mask
+        # per direction from it, which XLA computes once for the loop and the steps beside it
+        # (made inside the loop, the masks were computed again for those: +16 B/cell, D3Q19)
+        a, b, extra = scan_pairs(
+            two_steps, (a, b, extra), (n - 1) // 2, forces, reports, geo, vary=False
+        )
         if (n - 1) % 2:
             b, extra, f, report = advance(a, b, extra, geo, t0 + n - 1)
             a = b
@@ -525,20 +530,29 @@ def _make_chunk(
         return concluded(scratch, t0 + n, forces, reports, extra)
 
     def scan_pairs(
-        two_steps: Callable, carry: tuple, pairs: int, forces: list, reports: list, geo: dict
+        two_steps: Callable,
+        carry: tuple,
+        pairs: int,
+        forces: list,
+        reports: list,
+        geo: dict,
+        vary: bool = True,
     ):
         """``carry`` after ``pairs`` iterations of ``two_steps(carry, k, geo)``; their forces
-        (2 * pairs, width) and reports appended to ``forces`` and ``reports``."""
+        (2 * pairs, width) and reports appended to ``forces`` and ``reports``.
+
+        ``vary``: the geometry passes a barrier with the iteration index, so XLA sees it vary
+        over the loop and computes what the parts derive from it (wall coefficients and masks
+        per direction and box) inside the fusions that use them. Hoisted out of the loop,
+        each was a kernel of its own to compile and a loop-carried array to read back every
+        step (docs/performance.md, "Geometry inside the loop")."""
         if pairs == 0:
             return carry
 
         def body(carry, k):
-            # The geometry passes a barrier with the iteration index, so XLA sees it vary over
-            # the loop and computes what the parts derive from it (wall coefficients and
-            # masks per direction and box) inside the fusions that use them. Hoisted out of
-            # the loop, each was a kernel of its own to compile and a loop-carried array to
-            # read back every step (docs/performance.md, "Geometry inside the loop").
-            varying, k = lax.optimization_barrier((geo, k))
+            varying = geo
+            if vary:
+                varying, k = lax.optimization_barrier((geo, k))
             return two_steps(carry, k, varying)
 
         carry, (paired, paired_reports) = lax.scan(body, carry, jnp.arange(pairs, dtype=jnp.int32))
