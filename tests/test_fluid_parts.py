@@ -99,6 +99,19 @@ def _disk_channel(shape=(40, 20), center=(20.0, 9.5), radius=3.2) -> FluidSetup:
     return _channel(obstacle, wall_distance=rng.uniform(0.2, 0.8, (9, *shape)), shape=shape)
 
 
+def _open_disk_channel(inlet: str, speed: float, outlet: str) -> FluidSetup:
+    """``_disk_channel`` with an inlet at x = 0, an outlet at the other end and the disk's
+    moment measured about its centre."""
+    return dataclasses.replace(
+        _disk_channel(),
+        moment_center=(20.0, 9.5),
+        open_boundaries=(
+            OpenBoundary(0, "low", inlet, velocity=np.full((2, 20), speed)),
+            OpenBoundary(0, "high", outlet, density=1.0),
+        ),
+    )
+
+
 def test_wall_regions_hold_every_node_the_rules_touch():
     """The boxes hold every solid node and every node pulling from one, as few cells as the
     walls allow (two wall strips and the obstacle's box, not the grid); on a mesh the union over
@@ -174,14 +187,7 @@ def test_rules_on_boxes_equal_the_rules_on_the_whole_block(monkeypatch):
     give the whole block's populations (to the few ulps of XLA's FMA contraction, which depends
     on the array's shape: tests/test_distributed_equality.py) and its force (summed in
     another order)."""
-    setup = dataclasses.replace(
-        _disk_channel(),
-        moment_center=(20.0, 9.5),
-        open_boundaries=(
-            OpenBoundary(0, "low", "velocity_bounce_back", velocity=np.full((2, 20), 0.0)),
-            OpenBoundary(0, "high", "characteristic", density=1.0),
-        ),
-    )
+    setup = _open_disk_channel("velocity_bounce_back", 0.0, "characteristic")
     face = np.zeros((2, 20))
     face[0, 1:-1] = 0.04
     setup.open_boundaries[0].velocity[...] = face
@@ -213,14 +219,7 @@ def test_nothing_derived_from_the_geometry_is_hoisted_out_of_the_step_loop():
     direction and box) inside the loop's fusions: no fusion of the loop body's computations
     with operands runs before the loop (hoisted, each was a kernel to compile and an array
     carried through the loop). An even chunk: the loop body is the whole program."""
-    setup = dataclasses.replace(
-        _disk_channel(),
-        moment_center=(20.0, 9.5),
-        open_boundaries=(
-            OpenBoundary(0, "low", "velocity", velocity=np.full((2, 20), 0.02)),
-            OpenBoundary(0, "high", "convective", density=1.0),
-        ),
-    )
+    setup = _open_disk_channel("velocity", 0.02, "convective")
     chunk = jax.jit(step.make_chunk(setup), static_argnums=2)
     state = step.initial_state(setup, np.ones(setup.shape), np.zeros((2, *setup.shape)))
     text = chunk.lower(state, step.make_geometry(setup), 6).compile().as_text()
