@@ -188,7 +188,7 @@ def exchanged_momentum(
         new: q arrays (*grid) after streaming and boundary rules.
         incoming: q masks (*grid): fluid nodes whose upstream node along -c_i is the body.
     """
-    density = [jnp.zeros_like(new[0]) for _ in range(lattice.d)]
+    momentum = [jnp.zeros_like(new[0]) for _ in range(lattice.d)]
     for i in range(lattice.q):
         if incoming[i] is None:
             continue
@@ -197,8 +197,8 @@ def exchanged_momentum(
         for a in range(lattice.d):
             c = int(lattice.c[j, a])  # +-1 or 0: an add or a subtract, no multiply
             if c:
-                density[a] = density[a] + exchanged if c > 0 else density[a] - exchanged
-    return density
+                momentum[a] = momentum[a] + exchanged if c > 0 else momentum[a] - exchanged
+    return momentum
 
 
 def momentum_exchange(

@@ -22,7 +22,7 @@ The state seen outside a chunk holds pre-collision populations at its time; the 
 them once on entry and streams once on exit. Where the plan writes the pulled populations into
 scratch buffers (curved walls, open faces, a force), the scratch carries them from one step to
 the next, and each step is collide, write, pull: the loop body of two steps is then the whole
-program for an even chunk length (docs/performance.md, "One step body per chunk"). The loop
+program for an even chunk length (docs/performance.md, "One step body per chunk"). Their loop
 reads the geometry through a barrier with the iteration index, so that XLA computes what the
 parts derive from it (wall coefficients, link masks) inside the fusions that use them instead of
 hoisting each out of the loop ("Geometry inside the loop"). With a
