@@ -69,8 +69,9 @@ class Pull:
         wall_links: per direction, whether some fluid node pulls it out of a solid node.
         region: (start, size) per axis in interior coordinates; None is the whole interior.
         time: int32 scalar, the step whose pre-collision populations are being made.
-        previous: q arrays (*shape), the pre-collision populations of the step before (the
-            scratch buffers before this step overwrites them; convective outlets), or ().
+        previous: (axis, index) -> q arrays, the planes of the block's open faces whose rules
+            read the step before (``previous_planes``): their pre-collision populations then
+            (extent 1 along the axis), or empty.
     """
 
     lattice: Lattice
@@ -79,7 +80,7 @@ class Pull:
     wall_links: tuple[bool, ...]
     region: Region | None = None
     time: Array | int = 0
-    previous: Sequence[Array] = ()
+    previous: Mapping[tuple[int, int], Sequence[Array]] = dataclasses.field(default_factory=dict)
 
     def shifted(self, padded: Array, offset: Sequence[int]) -> Array:
         """a(x - offset) over the region, for a padded (*shape + 2) array (a static slice)."""
@@ -319,8 +320,7 @@ class Face:
     @cached_property
     def previous_face(self) -> list[Array]:
         """f_i(x_face, t-1): the face's pre-collision populations of the previous step."""
-        return [lax.slice_in_dim(p, self.face, self.face + 1, axis=self.ob.axis)
-                for p in self.pull.previous]  # fmt: skip
+        return list(self.pull.previous[(self.ob.axis, self.face)])
 
     def incoming(self) -> list[int]:
         """Directions that enter the box through the face (streamed from outside it)."""
@@ -404,6 +404,23 @@ OPEN_BOUNDARIES: dict[str, Callable[[Lattice, Face], Sequence[Array]]] = {
     "convective": convective_outlet,
     "characteristic": characteristic_outlet,
 }
+
+
+# the kinds whose rule reads the face's pre-collision populations of the step before
+READS_PREVIOUS = frozenset({"convective", "characteristic"})
+
+
+def previous_planes(
+    open_boundaries: Sequence[OpenBoundary], shape: Sequence[int]
+) -> list[tuple[int, int]]:
+    """(axis, index) of the block's (``shape``) face planes whose open-face rules read the
+    step before (``Pull.previous``)."""
+    planes = []
+    for ob in open_boundaries:
+        index = 0 if ob.side == "low" else shape[ob.axis] - 1
+        if ob.kind in READS_PREVIOUS and (ob.axis, index) not in planes:
+            planes.append((ob.axis, index))
+    return planes
 
 
 def schedule_factor(schedule: InflowSchedule, time: Array, dtype) -> Array | float:

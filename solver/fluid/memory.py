@@ -22,16 +22,17 @@ too, ``solver.fluid.geometry.columns``); the output is the whole grid up to
 ``output.gather_cells`` (process 0 gathers the final fields for the case's diagnostics and the
 PNG), above it one plane.
 device (per shard of L cells, Lp = L with one ghost layer on every face; ``solver.fluid.step``):
-    populations      the state, the chunk's two padded buffers, scratch buffers for
-                     materialised streaming (curved walls, open boundaries, force measurement)
-                     and the wall rules' temporaries: s q (1 + 2 Lp / L + extra) L; with
+    populations      the state, the chunk's padded buffers (two; one beside the scratch
+                     buffers of materialised streaming: curved walls, open boundaries, force
+                     measurement) and the wall rules' temporaries: s q (1 + b Lp / L + extra) L
+                     with b = 2, or 1 with a curved obstacle; with
                      fluid.kernel=native the state alone, s q L, plus the solid mask and the
                      wall links (solver/fluid/inplace_step.py); with fluid.kernel=pallas the
                      state alone plus the solid mask and the wall velocities
                      (solver/fluid/pallas_step.py);
     geometry         masks and wall arrays, unpadded and padded; the (d + 1) moments.
-Checked against a built case and XLA's compiled-memory figures in tests/test_memory.py (within a
-factor of 2 either way). On the CPU the devices' arrays live in host memory too.
+Checked against a built case and XLA's compiled-memory figures in tests/test_fluid_memory.py
+(within a factor of 2 either way). On the CPU the devices' arrays live in host memory too.
 """
 
 from __future__ import annotations
@@ -156,10 +157,11 @@ def estimate(
     gathered = cells if output is None or cells <= output.gather_cells else cells // shape[-1]
     host_output = 2 * F64 * (1 + d) * gathered
     padded = math.prod(n + 2 for n in block)
-    # the state and the two padded buffers hold the stored form (fluid.storage: 2 bytes for
-    # the 16-bit formats); temporaries and scratch buffers hold decoded compute values
+    # the state and the padded buffers hold the stored form (fluid.storage: 2 bytes for the
+    # 16-bit formats); temporaries and scratch buffers hold decoded compute values. A curved
+    # obstacle's plan materialises the pull: one padded buffer beside the scratch buffers
     stored = 2 if config.fluid.storage in ("float16", "bfloat16") else itemsize
-    held = 1.0 + 2.0 * padded / local
+    held = 1.0 + (1.0 if footprint.curved else 2.0) * padded / local
     copies = 0.0
     if footprint.solid:
         copies += 1.0  # the wall rules' temporaries

@@ -1,7 +1,8 @@
 """The fluid time step composed from parts, on ghost-padded buffers.
 
-A chunk of n steps keeps post-collision populations in two buffers with one ghost layer on every
-face, (nx+2, ny+2[, nz+2]) per direction, and alternates between them (solver/fluid/padded.py).
+A chunk of n steps keeps post-collision populations in buffers with one ghost layer on every
+face, (nx+2, ny+2[, nz+2]) per direction (solver/fluid/padded.py): two, alternated, where the
+pull is fused into the collision; one, beside scratch buffers, where it is materialised.
 One step is a composition of parts, each chosen on the host from the ``FluidSetup`` so that the
 traced program holds only the work the problem needs:
     1. pull: f_i(x) = f_i*(x - c_i) is a static slice of the padded buffer (no copy: XLA fuses
@@ -21,8 +22,9 @@ traced program holds only the work the problem needs:
 The state seen outside a chunk holds pre-collision populations at its time; the chunk collides
 them once on entry and streams once on exit. Where the plan writes the pulled populations into
 scratch buffers (curved walls, open faces, a force), the scratch carries them from one step to
-the next, and each step is collide, write, pull: the loop body of two steps is then the whole
-program for an even chunk length (docs/performance.md, "One step body per chunk"). Their loop
+the next, and each step is collide, write, pull: the collision overwrites the one padded buffer
+that the previous step's pull read, and a loop body of one step is the whole program for any
+chunk length (docs/performance.md, "One step body per chunk", "One padded buffer"). Their loop
 reads the geometry through a barrier with the iteration index, so that XLA computes what the
 parts derive from it (wall coefficients, link masks) inside the fusions that use them instead of
 hoisting each out of the loop ("Geometry inside the loop"). With a
@@ -51,7 +53,7 @@ from kernels.equilibrium import density_velocity, equilibrium
 from kernels.lattices import CS2
 from kernels.materialise import materialised
 from solver.distributed.halo import Halo
-from solver.fluid.boundary_rules import Pull, plan_boundaries, stream
+from solver.fluid.boundary_rules import Pull, plan_boundaries, previous_planes, stream
 from solver.fluid.collide import body_force_at, make_collide
 from solver.fluid.padded import (
     SINGLE,
@@ -351,7 +353,13 @@ def _make_chunk(
         # decoding the whole padded buffer is elementwise: XLA fuses it with the slices the
         # parts take into their consumers (no pass of its own)
         buffers = [dec(b) for dec, b in zip(decoders, buffers, strict=True)]
-        view = Pull(lat, buffers, geo, plan.wall_links, time=time, previous=scratch)
+        previous = {}
+        planes = previous_planes(setup.open_boundaries, scratch[0].shape) if scratch else []
+        if planes:
+            # the face rules read these planes of the step before, copied out before the
+            # scratch buffers are overwritten (and the overwrite waits for them, below)
+            previous = materialised({k: [plane(s, *k) for s in scratch] for k in planes}, time)
+        view = Pull(lat, buffers, geo, plan.wall_links, time=time, previous=previous)
         regions = plan.regions
         pre = stream(view, () if regions else plan.walls)
         if not regions:
@@ -362,10 +370,13 @@ def _make_chunk(
             zero = (0,) * d
             # The scratch buffers hold what the collision that wrote ``buffers`` read, and
             # every buffer's ghosts are that collision's values again: adding 0 * one value of
-            # each written buffer orders every overwrite of the scratch after all the writes
-            # (without it XLA copied every moving direction's buffer once per step). The
-            # scalar is materialised: fused, XLA recomputed its q loads in every cell.
-            written = materialised(0.0 * sum(b[zero] for b in buffers), time)
+            # each written buffer (and of the previous planes) orders every overwrite of the
+            # scratch after all the reads of it (without it XLA copied every moving
+            # direction's buffer, or every scratch buffer, once per step). The scalar is
+            # materialised: fused, XLA recomputed its q loads in every cell.
+            marks = sum(b[zero] for b in buffers)
+            marks = marks + sum(v[0][zero] for v in previous.values())
+            written = materialised(0.0 * marks, time)
             pre = [
                 lax.dynamic_update_slice(s, p + written, zero)
                 for s, p in zip(scratch, pre, strict=True)
@@ -421,12 +432,12 @@ def _make_chunk(
         dst, extra, report = collide_write(dst, pre, extra, geo, time, after)
         return dst, extra, force, report
 
-    def collide_pull(dst, scratch, extra, geo: dict, time: Array, after: Array | None = None):
+    def collide_pull(buffer, scratch, extra, geo: dict, time: Array):
         """One step in the other order (materialised plans): collide the scratch buffers'
-        f(x, time), write ``dst``, pull f(x, time + 1) from it into the scratch buffers."""
-        dst, extra, report = collide_write(dst, scratch, extra, geo, time, after)
-        _, force, scratch = pull(dst, geo, scratch, time + 1)
-        return dst, scratch, extra, force, report
+        f(x, time), write ``buffer``, pull f(x, time + 1) from it into the scratch buffers."""
+        buffer, extra, report = collide_write(buffer, scratch, extra, geo, time)
+        _, force, scratch = pull(buffer, geo, scratch, time + 1)
+        return buffer, scratch, extra, force, report
 
     def boundary_planes(pre: Sequence[Array], time: Array, geo: dict) -> dict:
         """The post-collision populations of the block's planes that other shards receive,
@@ -483,7 +494,7 @@ def _make_chunk(
         # the geometry stays loop-invariant here: periodic boxes and plain walls derive a mask
         # per direction from it, which XLA computes once for the loop and the steps beside it
         # (made inside the loop, the masks were computed again for those: +16 B/cell, D3Q19)
-        a, b, extra = scan_pairs(
+        a, b, extra = scan_steps(
             two_steps, (a, b, extra), (n - 1) // 2, forces, reports, geo, vary=False
         )
         if (n - 1) % 2:
@@ -497,67 +508,62 @@ def _make_chunk(
 
     def materialised_chunk(state: FluidState, geo: dict, n: int, extra):
         """The chunk of a plan that writes the pulled populations into scratch buffers: each
-        step collides them, writes a padded buffer and pulls the next step's from it, so that
-        the loop body (two steps) is the whole program for an even ``n`` (the other order
-        needs a collision before the loop and a pull after it, and an odd step for an even n:
-        twice the program to compile, the same work to run)."""
+        step collides them, writes the padded buffer and pulls the next step's from it. The
+        scratch buffers stand between the pull and the collision, so one padded buffer serves
+        every step (the collision overwrites what the pull of the step before read, in the
+        loop's previous iteration) and the loop body is one step: the whole program for any
+        ``n`` (the other order needs a collision before the loop and a pull after it)."""
         t0 = state.time
         # the scratch holds f(t0): the first collision's input and the "previous step" of the
         # first pull
         scratch = tuple(state_populations(state))
         # zeros like the state (not jnp.zeros): inside shard_map they vary over the mesh as
-        # the buffers the loop writes do
+        # the buffer the loop writes does
         stored = [jax.eval_shape(enc, p).dtype for enc, p in zip(encoders, scratch, strict=True)]
-        a = tuple(jnp.pad(jnp.zeros_like(p, s), 1) for p, s in zip(scratch, stored, strict=True))
-        b = tuple(jnp.zeros_like(p) for p in a)
+        buffer = tuple(
+            jnp.pad(jnp.zeros_like(p, s), 1) for p, s in zip(scratch, stored, strict=True)
+        )
 
-        # two steps per iteration, into b then a, so the loop carry never swaps buffers
-        def two_steps(carry, k, geo):
-            a, b, scratch, extra = carry
-            t = t0 + 2 * k
-            b, scratch, extra, f1, r1 = collide_pull(b, scratch, extra, geo, t)
-            a, scratch, extra, f2, r2 = collide_pull(a, scratch, extra, geo, t + 1, after=f1)
-            return (a, b, scratch, extra), (jnp.stack([f1, f2]), stacked(r1, r2))
+        def one_step(carry, k, geo):
+            buffer, scratch, extra = carry
+            buffer, scratch, extra, f, r = collide_pull(buffer, scratch, extra, geo, t0 + k)
+            return (buffer, scratch, extra), (f[None], jax.tree.map(lambda x: x[None], r))
 
         forces, reports = [], []
-        a, b, scratch, extra = scan_pairs(
-            two_steps, (a, b, scratch, extra), n // 2, forces, reports, geo
-        )
-        if n % 2:
-            b, scratch, extra, f, report = collide_pull(b, scratch, extra, geo, t0 + n - 1)
-            forces.append(f[None])
-            reports.append(jax.tree.map(lambda r: r[None], report))
+        _, scratch, extra = scan_steps(one_step, (buffer, scratch, extra), n, forces, reports, geo)
         return concluded(scratch, t0 + n, forces, reports, extra)
 
-    def scan_pairs(
-        two_steps: Callable,
+    def scan_steps(
+        body: Callable,
         carry: tuple,
-        pairs: int,
+        iterations: int,
         forces: list,
         reports: list,
         geo: dict,
         vary: bool = True,
     ):
-        """``carry`` after ``pairs`` iterations of ``two_steps(carry, k, geo)``; their forces
-        (2 * pairs, width) and reports appended to ``forces`` and ``reports``.
+        """``carry`` after ``iterations`` of ``body(carry, k, geo)`` -> (carry, (forces (s,
+        width), reports (s, ...))) for the s steps of an iteration; their forces (iterations
+        * s, width) and reports appended to ``forces`` and ``reports``.
 
         ``vary``: the geometry passes a barrier with the iteration index, so XLA sees it vary
         over the loop and computes what the parts derive from it (wall coefficients and masks
         per direction and box) inside the fusions that use them. Hoisted out of the loop,
         each was a kernel of its own to compile and a loop-carried array to read back every
         step (docs/performance.md, "Geometry inside the loop")."""
-        if pairs == 0:
+        if iterations == 0:
             return carry
 
-        def body(carry, k):
+        def scanned(carry, k):
             varying = geo
             if vary:
                 varying, k = lax.optimization_barrier((geo, k))
-            return two_steps(carry, k, varying)
+            return body(carry, k, varying)
 
-        carry, (paired, paired_reports) = lax.scan(body, carry, jnp.arange(pairs, dtype=jnp.int32))
-        forces.append(paired.reshape(2 * pairs, setup.force_width))
-        reports.append(jax.tree.map(lambda r: r.reshape((2 * pairs, *r.shape[2:])), paired_reports))
+        steps = jnp.arange(iterations, dtype=jnp.int32)
+        carry, (stepped, stepped_reports) = lax.scan(scanned, carry, steps)
+        forces.append(stepped.reshape(-1, setup.force_width))
+        reports.append(jax.tree.map(lambda r: r.reshape((-1, *r.shape[2:])), stepped_reports))
         return carry
 
     def concluded(pre: Sequence[Array], time: Array, forces: list, reports: list, extra):
