@@ -166,7 +166,7 @@ def estimate(
     if footprint.solid:
         copies += 1.0  # the wall rules' temporaries
     if footprint.curved:
-        copies += 3.0  # scratch buffers, their loop copy and the boundaries' temporaries
+        copies += 1.0  # the scratch buffers of the materialised pull (compute dtype)
     device = (stored * held + itemsize * copies) * q * local + itemsize * (d + 1) * local
     if footprint.solid:
         device += local + padded
@@ -189,7 +189,8 @@ def estimate(
         if footprint.wall_velocity:
             device += itemsize * d * local
     if footprint.curved:
-        device += itemsize * q * (local + padded) + local + padded
+        # the link fractions (unpadded), the obstacle's mask (padded and not)
+        device += itemsize * q * local + local + padded
     if footprint.coupled:
         device += itemsize * (2 * d + 2) * local
     return MemoryEstimate(
