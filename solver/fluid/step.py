@@ -20,7 +20,9 @@ traced program holds only the work the problem needs:
        subdomain or a wall fills the same ghosts in the distributed code: halos are one more
        boundary rule.
 The state seen outside a chunk holds pre-collision populations at its time; the chunk collides
-them once on entry and streams once on exit. Where the plan writes the pulled populations into
+them once on entry and streams once on exit; between them two steps per loop iteration, the last
+iteration's second one skipped where n - 1 is odd ("An even chunk without a step beside the
+loop"). Where the plan writes the pulled populations into
 scratch buffers (curved walls, open faces, a force), the scratch carries them from one step to
 the next, and each step is collide, write, pull: the collision overwrites the one padded buffer
 that the previous step's pull read, and a loop body of one step is the whole program for any
@@ -484,24 +486,37 @@ def _make_chunk(
         forces = []
 
         # two steps per iteration, a -> b -> a, so the loop carry never swaps buffers
-        # (a swapped carry makes XLA insert full copies)
+        # (a swapped carry makes XLA insert full copies); n - 1 steps in n // 2 iterations:
+        # when n - 1 is odd the last iteration's second step is skipped (a conditional in the
+        # loop rather than a step beside it: one program of two steps for every n)
+        pairs = n // 2
+        odd = (n - 1) % 2 == 1
+
         def two_steps(carry, k, geo):
             a, b, extra = carry
             b, extra, f1, r1 = advance(a, b, extra, geo, t0 + 2 * k + 1)
-            a, extra, f2, r2 = advance(b, a, extra, geo, t0 + 2 * k + 2, after=f1)
+
+            def second(a, extra):
+                a, extra, f2, r2 = advance(b, a, extra, geo, t0 + 2 * k + 2, after=f1)
+                return a, extra, f2, r2
+
+            def skipped(a, extra):
+                return a, extra, jnp.zeros_like(f1), jax.tree.map(jnp.zeros_like, r1)
+
+            if odd:
+                a, extra, f2, r2 = lax.cond(k < pairs - 1, second, skipped, a, extra)
+            else:
+                a, extra, f2, r2 = second(a, extra)
             return (a, b, extra), (jnp.stack([f1, f2]), stacked(r1, r2))
 
         # the geometry stays loop-invariant here: periodic boxes and plain walls derive a mask
         # per direction from it, which XLA computes once for the loop and the steps beside it
         # (made inside the loop, the masks were computed again for those: +16 B/cell, D3Q19)
-        a, b, extra = scan_steps(
-            two_steps, (a, b, extra), (n - 1) // 2, forces, reports, geo, vary=False
-        )
-        if (n - 1) % 2:
-            b, extra, f, report = advance(a, b, extra, geo, t0 + n - 1)
+        a, b, extra = scan_steps(two_steps, (a, b, extra), pairs, forces, reports, geo, vary=False)
+        if odd:
             a = b
-            forces.append(f[None])
-            reports.append(jax.tree.map(lambda r: r[None], report))
+            forces[-1] = forces[-1][:-1]
+            reports[-1] = jax.tree.map(lambda r: r[:-1], reports[-1])
         pre, f, _ = pull(a, geo, (), t0 + n)
         forces.append(f[None])
         return concluded(pre, t0 + n, forces, reports, extra)

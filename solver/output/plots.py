@@ -4,11 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
+import numpy as np
 
 
 def vorticity_2d(velocity: np.ndarray, dx: float) -> np.ndarray:
@@ -35,6 +31,13 @@ def save_field_png(
         z_index: the grid's z index of the plane shown, when ``velocity`` holds only that
             plane (nz = 1); None: nz / 2 of the field given.
     """
+    # imported here, not with the module: matplotlib takes 0.4 s to import, which every run
+    # without a PNG (output.png=false, most short runs and tests) would pay for nothing
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
     if velocity.shape[0] == 3:
         k = velocity.shape[-1] // 2
         velocity = velocity[:2, :, :, k]
