@@ -213,6 +213,12 @@ def test_rules_on_boxes_equal_the_rules_on_the_whole_block(monkeypatch):
     np.testing.assert_allclose(boxed_forces, whole_forces, rtol=1e-4, atol=1e-7)
 
 
+def _computation(text: str, name: str) -> str:
+    """The computation ``name`` (``ENTRY`` or ``%name``) of a compiled program's text."""
+    part = text[text.index(f"\n{name} ") :]
+    return part[: part.index("\n}")]
+
+
 @pytest.mark.fast_compile
 def test_the_step_loop_hoists_nothing_from_the_geometry_and_copies_no_grid_array():
     """The chunk's loop reads the geometry through a barrier with the iteration index, so XLA
@@ -224,8 +230,7 @@ def test_the_step_loop_hoists_nothing_from_the_geometry_and_copies_no_grid_array
     chunk = jax.jit(step.make_chunk(setup), static_argnums=2)
     state = step.initial_state(setup, np.ones(setup.shape), np.zeros((2, *setup.shape)))
     text = chunk.lower(state, step.make_geometry(setup), 6).compile().as_text()
-    entry = text[text.index("\nENTRY ") :]
-    entry = entry[: entry.index("\n}")]
+    entry = _computation(text, "ENTRY")
     hoisted = [
         line
         for line in entry.splitlines()
@@ -238,8 +243,7 @@ def test_the_step_loop_hoists_nothing_from_the_geometry_and_copies_no_grid_array
     # the grid's size (the outlet reads the scratch buffers of the step before, which the
     # pull overwrites: without their face planes copied out first, XLA copied all q of them)
     body_name = re.search(r" while\(.*?body=(%[\w.\-]+)", entry).group(1)
-    body = text[text.index(f"\n{body_name} ") :]
-    body = body[: body.index("\n}")]
+    body = _computation(text, body_name)
     grid = {"40,20", "42,22"}
     copies = [
         line
@@ -298,8 +302,7 @@ def test_an_even_chunk_compiles_no_step_beside_the_loop():
 
     def outside_the_loop(n: int) -> int:
         text = chunk.lower(start, geometry, n).compile().as_text()
-        entry = text[text.index("\nENTRY ") :]
-        return entry[: entry.index("\n}")].count(" fusion(")
+        return _computation(text, "ENTRY").count(" fusion(")
 
     assert outside_the_loop(6) - outside_the_loop(7) <= 1
     whole = np.asarray(chunk(start, geometry, 6)[0].populations)
