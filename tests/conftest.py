@@ -45,6 +45,8 @@ os.environ.setdefault("OMPI_MCA_mpi_yield_when_idle", "1")
 
 import jax  # noqa: E402
 import pytest  # noqa: E402
+from jax._src import compiler as jax_compiler  # noqa: E402
+from solver_cli import FAST_CODEGEN  # noqa: E402
 
 jax.config.update("jax_enable_x64", True)
 
@@ -94,13 +96,28 @@ if _COMPILE_LOG:
 
 
 # Tests marked fast_compile compile without LLVM's optimisations (a D3Q19 chunk: 13.6 s against
-# 19.7 s): most of a short run is its compilation, and what such a test asserts (equality of two
-# runs compiled alike, conservation, an order of convergence) is a property of the XLA program,
-# the same at every LLVM level; only FMA contraction differs (none without optimisation). JAX's
-# in-memory caches do not know the level, so they are cleared where it changes: a program
-# compiled for one kind of test is never run by the other (the persistent cache keys on it).
+# 19.7 s) and with XLA:CPU's older fusion emitter, without FMA instructions (FAST_COMPILE in
+# tests/solver_cli.py, as for child processes: half the time again or less): most of a short
+# run is its compilation, and what such a test asserts (equality of two runs compiled alike,
+# conservation, an order of convergence) is a property of the XLA program, the same however its
+# code is generated; only FMA contraction differs (none here). JAX's in-memory caches do not
+# know these options, so they are cleared where they change: a program compiled for one kind of
+# test is never run by the other (the persistent cache keys on them).
 # (Set in the setup hook, before any fixture of the test, module fixtures included, is made.)
 _fast_compile = [False]
+_compile_options = jax_compiler.get_compile_options
+
+
+def _with_fast_codegen(*args, **kwargs):
+    """JAX's compile options, plus FAST_CODEGEN while a fast_compile test runs (JAX has no
+    global setting for an XLA option: jax.jit(compiler_options=) is per function)."""
+    options = _compile_options(*args, **kwargs)
+    if _fast_compile[0]:
+        options.env_option_overrides += list(FAST_CODEGEN.items())
+    return options
+
+
+jax_compiler.get_compile_options = _with_fast_codegen
 
 
 @pytest.hookimpl(tryfirst=True)

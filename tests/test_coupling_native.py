@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 from lowered_ir import dumped_manual_signatures, zero_size
 from mpi import mpirun
-from solver_cli import run_solver
+from solver_cli import FAST_COMPILE_OPTIONS, run_solver
 from test_coupling_runs import FAST_COMPILE, SPLIT_RELATIVE, TINY, assert_close
 
 from kernels.lattices import D2Q9, D3Q19
@@ -37,7 +37,7 @@ RADIUS = 2.6  # cells
 ROUND_OFF = 1e-12
 # a few steps on small grids: compiling is nearly all the time, and LLVM's optimisations
 # double it; the arithmetic compared is the same at -O0 (IEEE, no fast-math)
-FAST_XLA = {"xla_backend_optimization_level": 0}
+FAST_XLA = FAST_COMPILE_OPTIONS  # (tests/solver_cli.py)
 
 
 @pytest.fixture(autouse=True)
