@@ -17,7 +17,8 @@ ROOT = Path(__file__).resolve().parent.parent
 # body chunk 2.8-3.3 -> 1.3-1.5 s). That emitter contracts a multiply and an add into an FMA
 # even at -O0, differently for different array shapes (a D2Q9 channel on 2 x 2 devices then
 # differs from one device by 2e-7, measured); with the instruction set capped at AVX there is
-# no FMA instruction, and a split run rounds as the whole one does again.
+# no FMA instruction, and a split run rounds as the whole one does again. (x86 only: the CI
+# and development machines; on another CPU the ISA cap would need its counterpart there.)
 FAST_CODEGEN = {"xla_cpu_use_fusion_emitters": False, "xla_cpu_max_isa": "AVX"}
 FAST_COMPILE = (
     "--xla_backend_optimization_level=0 --xla_cpu_use_fusion_emitters=false --xla_cpu_max_isa=AVX"
