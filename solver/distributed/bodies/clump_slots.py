@@ -95,7 +95,7 @@ def member_bodies(
     width = table.width
     slots = gid.shape[0]
     sid = member_ids(table, gid)
-    owner = jnp.repeat(jnp.arange(slots, dtype=jnp.int32), width, total_repeat_length=slots * width)
+    owner = jnp.arange(slots * width, dtype=jnp.int32) // width  # no scatter (jnp.repeat's)
     dtype = bodies.position.dtype
     offset = jnp.asarray(table.offset, dtype)[jnp.where(sid >= 0, sid, 0)]
     offset = jnp.where((sid >= 0)[:, None], offset, 0.0)

@@ -17,7 +17,6 @@ no neighbour sends, which reads as empty rows (id + 1 = 0, ``records``).
 
 from __future__ import annotations
 
-import jax
 import jax.numpy as jnp
 from jax import Array, lax
 
@@ -88,8 +87,7 @@ def exchange_ghosts(
             # the true count travels too, so that an overflow report gives the size needed
             needed = needed + _send(count, layout, axis, direction)
             got = received[:, 0] > 0
-            slot = jnp.where(got, arrived + jnp.cumsum(got) - 1, capacity)
-            ghost_rows = ghost_rows.at[slot].set(received, mode="drop")
+            ghost_rows = records.append_rows(ghost_rows, arrived, received, got)
             arrived = arrived + jnp.sum(got, dtype=jnp.int32)
     ghost_gid, ghosts = records.unpack_ghosts(ghost_rows, bodies)
     return ghost_gid, ghosts, needed
@@ -123,7 +121,7 @@ def migrate(
         for mask, direction in ((occupied & (owner > c), +1), (occupied & (owner < c), -1)):
             index, used, count = records.select(mask, capacity)
             needed_message = jnp.maximum(needed_message, count)
-            leaving = leaving.at[index].max(used)
+            leaving = leaving | records.first_of(mask, capacity)
             inbound.append(_send(records.gather_rows(rows, index, used), layout, axis, direction))
         state = _vacate(state, leaving)
         state, needed = _insert(state, jnp.concatenate(inbound))
@@ -164,18 +162,14 @@ def _insert(state: SubdomainState, rows: Array) -> tuple[SubdomainState, Array]:
     capacity = state.gid.shape[0]
     arriving = rows[:, 0] > 0
     free = state.gid < 0
-    (free_slots,) = jnp.nonzero(free, size=capacity, fill_value=capacity)
+    free_slots, _ = records.compacted(free, capacity, fill_value=capacity)
     rank = jnp.cumsum(arriving) - 1
     slot = jnp.where(arriving, free_slots[jnp.clip(rank, 0, capacity - 1)], capacity)
     slot = jnp.where(rank < capacity, slot, capacity)
     incoming = records.unpack_migrants(rows, state)
     needed = jnp.sum(~free, dtype=jnp.int32) + jnp.sum(arriving, dtype=jnp.int32)
-
-    def put(target, values):
-        return target.at[slot].set(values.astype(target.dtype), mode="drop")
-
     # time and overflow are not per slot: left out of the map (None is an empty subtree)
-    merged = jax.tree.map(
-        put, state.replace(time=None, overflow=None), incoming.replace(time=None, overflow=None)
+    merged = records.put_in_slots(
+        state.replace(time=None, overflow=None), incoming.replace(time=None, overflow=None), slot
     )
     return merged.replace(time=state.time, overflow=state.overflow), needed

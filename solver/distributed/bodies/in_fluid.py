@@ -190,8 +190,8 @@ def exchange_ghosts(
     n = layout.n_bodies
     own_rows = records.ghost_columns(gid, bodies)
     ghost_rows = jnp.zeros((capacity, own_rows.shape[1]), own_rows.dtype)
-    seen = jnp.zeros((n + 1,), bool).at[jnp.where(gid >= 0, gid, n)].set(True)
-    seen = seen.at[n].set(False)
+    # by id: the bodies held here (index n, out of bounds, is dropped)
+    seen = jnp.zeros((n,), bool).at[jnp.where(gid >= 0, gid, n)].set(True, mode="drop")
     arrived = jnp.zeros((), jnp.int32)
     needed = jnp.zeros((), jnp.int32)
     for axis, m in enumerate(layout.mesh):
@@ -211,11 +211,9 @@ def exchange_ghosts(
             needed = jnp.maximum(needed, count)
             received = _send(halo, records.gather_rows(pool, index, used), axis, direction)
             g = jnp.round(received[:, 0]).astype(jnp.int32) - 1
-            g_safe = jnp.where(g >= 0, g, n)
-            got = (g >= 0) & ~seen[g_safe]
-            seen = seen.at[jnp.where(got, g, n)].set(True).at[n].set(False)
-            slot = jnp.where(got, arrived + jnp.cumsum(got) - 1, capacity)
-            ghost_rows = ghost_rows.at[slot].set(received, mode="drop")
+            got = (g >= 0) & ~seen[jnp.where(g >= 0, g, 0)]
+            seen = seen.at[jnp.where(got, g, n)].set(True, mode="drop")
+            ghost_rows = records.append_rows(ghost_rows, arrived, received, got)
             arrived = arrived + jnp.sum(got, dtype=jnp.int32)
     ghost_gid, ghosts = records.unpack_ghosts(ghost_rows, bodies)
     return ghost_gid, ghosts, jnp.maximum(needed, arrived)
@@ -277,10 +275,10 @@ def _merge(pool: Array, n: int, capacity: int) -> tuple[Array, Array]:
     of ``pool``), ``capacity`` rows in id order; and the number of ids (int32)."""
     g = jnp.round(pool[:, 0]).astype(jnp.int32) - 1
     key = jnp.where(g >= 0, g, n)
-    present = jnp.zeros((n + 1,), bool).at[key].set(True).at[n].set(False)
     head = jnp.zeros((n + 1, 4), pool.dtype).at[key].set(pool[:, :4])
     sums = jnp.zeros((n + 1, pool.shape[1] - 4), pool.dtype).at[key].add(pool[:, 4:])
-    index, used, count = records.select(present[:n], capacity)
+    present = head[:n, 0] > 0  # id + 1 of the rows of that id
+    index, used, count = records.select(present, capacity)
     return records.gather_rows(jnp.concatenate([head, sums], axis=1), index, used), count
 
 
@@ -312,7 +310,7 @@ def migrate(
         for mask, direction in ((occupied & plus, +1), (occupied & minus, -1)):
             index, used, count = records.select(mask, capacity)
             needed_message = jnp.maximum(needed_message, count)
-            leaving = leaving.at[index].max(used)
+            leaving = leaving | records.first_of(mask, capacity)
             inbound.append(_send(halo, records.gather_rows(rows, index, used), axis, direction))
         owned = _vacate(owned, leaving)
         owned, needed = _insert(owned, jnp.concatenate(inbound))
@@ -336,24 +334,22 @@ def _insert(owned: OwnedBodies, rows: Array) -> tuple[OwnedBodies, Array]:
     capacity = state.gid.shape[0]
     arriving = rows[:, 0] > 0
     free = state.gid < 0
-    (free_slots,) = jnp.nonzero(free, size=capacity, fill_value=capacity)
+    free_slots, _ = records.compacted(free, capacity, fill_value=capacity)
     rank = jnp.cumsum(arriving) - 1
     slot = jnp.where(arriving, free_slots[jnp.clip(rank, 0, capacity - 1)], capacity)
     slot = jnp.where(rank < capacity, slot, capacity)
     incoming = records.unpack_migrants(rows, state)  # the trailing hydro columns are ignored
     needed = jnp.sum(~free, dtype=jnp.int32) + jnp.sum(arriving, dtype=jnp.int32)
-
-    def put(target, values):
-        return target.at[slot].set(values.astype(target.dtype), mode="drop")
-
-    merged = jax.tree.map(
-        put, state.replace(time=None, overflow=None), incoming.replace(time=None, overflow=None)
-    )
     hydro = rows[:, -6:]
+    merged, hydro_force, hydro_torque = records.put_in_slots(
+        (state.replace(time=None, overflow=None), owned.hydro_force, owned.hydro_torque),
+        (incoming.replace(time=None, overflow=None), hydro[:, :3], hydro[:, 3:]),
+        slot,
+    )
     return owned.replace(
         sub=merged.replace(time=state.time, overflow=state.overflow),
-        hydro_force=put(owned.hydro_force, hydro[:, :3]),
-        hydro_torque=put(owned.hydro_torque, hydro[:, 3:]),
+        hydro_force=hydro_force,
+        hydro_torque=hydro_torque,
     ), needed
 
 

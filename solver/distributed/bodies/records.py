@@ -68,7 +68,7 @@ def empty_bodies(count: int, dtype) -> Bodies:
     zeros3 = jnp.zeros((count, 3), dtype)
     return Bodies(
         position=zeros3,
-        orientation=jnp.zeros((count, 4), dtype).at[:, 0].set(1.0),
+        orientation=jnp.broadcast_to(jnp.asarray([1.0, 0.0, 0.0, 0.0], dtype), (count, 4)),
         velocity=zeros3,
         angular_momentum=zeros3,
         prescribed_angular_velocity=zeros3,
@@ -154,10 +154,64 @@ def select(mask: Array, size: int) -> tuple[Array, Array, Array]:
         index (size,) int32 (0 where unused), used (size,) bool, count: int32 true number of
         selected entries (more than ``size`` means the buffer overflowed).
     """
-    (index,) = jnp.nonzero(mask, size=size, fill_value=0)
+    index, count = compacted(mask, size, fill_value=0)
+    return index, jnp.arange(size) < count, count
+
+
+def compacted(mask: Array, size: int, fill_value: int) -> tuple[Array, Array]:
+    """The first ``size`` indices (size,) int32 where ``mask`` (n,) holds, ascending, padded
+    with ``fill_value``, and their true count (int32).
+
+    One stable sort of the keys (the selected entries first), not ``jnp.nonzero``: that is a
+    scatter and two cumulative sums, and XLA:CPU emits each scatter as a loop of its own
+    (docs/performance.md "Start-up and compile time"); the indices are the same."""
+    n = mask.shape[0]
+    order = jnp.argsort(~mask, stable=True).astype(jnp.int32)
+    if size > n:
+        order = jnp.concatenate([order, jnp.zeros((size - n,), jnp.int32)])
     count = jnp.sum(mask, dtype=jnp.int32)
-    used = jnp.arange(size) < count
-    return index.astype(jnp.int32), used, count
+    return jnp.where(jnp.arange(size) < count, order[:size], fill_value), count
+
+
+def first_of(mask: Array, size: int) -> Array:
+    """``mask`` (n,) bool with only its first ``size`` true entries kept: the entries
+    ``select(mask, size)`` picks."""
+    return mask & (jnp.cumsum(mask, dtype=jnp.int32) <= size)
+
+
+def append_rows(rows: Array, start: Array, received: Array, got: Array) -> Array:
+    """``rows`` (G, W) with the rows of ``received`` (M, W) where ``got`` (M,) holds written
+    in their order from row ``start`` (int32) on, those past G dropped: as
+    ``rows.at[start + cumsum(got) - 1].set(received, mode="drop")`` with a sort and a gather
+    in place of the scatter (``put_in_slots``)."""
+    size = rows.shape[0]
+    source, count = compacted(got, size, fill_value=0)
+    rank = jnp.arange(size, dtype=jnp.int32) - start
+    take = (rank >= 0) & (rank < count)
+    picked = received[source[jnp.clip(rank, 0, size - 1)]]
+    return jnp.where(take[:, None], picked, rows)
+
+
+def put_in_slots(targets, values, slot: Array):
+    """Leaf by leaf ``target.at[slot].set(value, mode="drop")`` for the pytrees ``targets``
+    (leaves (C, ...)) and ``values`` (leaves (M, ...)), ``slot`` (M,) int32 distinct rows of
+    the targets (C or more: dropped).
+
+    One scatter of the row numbers, then a gather per leaf: XLA:CPU emits every scatter as
+    a loop of its own, and a state has fifteen leaves (docs/performance.md "Start-up and
+    compile time")."""
+    capacity = jax.tree.leaves(targets)[0].shape[0]
+    rows = slot.shape[0]
+    source = jnp.full((capacity,), rows, jnp.int32)
+    source = source.at[slot].set(jnp.arange(rows, dtype=jnp.int32), mode="drop")
+    take = source < rows
+    safe = jnp.minimum(source, rows - 1)
+
+    def put(target: Array, value: Array) -> Array:
+        mask = take.reshape((-1,) + (1,) * (target.ndim - 1))
+        return jnp.where(mask, value[safe].astype(target.dtype), target)
+
+    return jax.tree.map(put, targets, values)
 
 
 def gather_rows(columns: Array, index: Array, used: Array) -> Array:
