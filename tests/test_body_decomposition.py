@@ -32,6 +32,7 @@ import numpy as np
 import pytest
 from body_decomposition_worker import BOX, reference, scene
 from mpi import mpirun
+from shared_runs import shared_directory
 from solver_cli import FAST_COMPILE
 
 from solver.distributed.bodies import BodyOverflowError, plan_layout
@@ -100,17 +101,23 @@ def fake_devices(args: list[str]) -> subprocess.CompletedProcess:
 
 
 @pytest.fixture(scope="module")
-def fake_device_run(reference_file) -> str:
+def fake_device_run(tmp_path_factory, reference_file) -> str:
     """One worker process on 8 fake CPU devices: both meshes, then a too small ghost buffer
-    (one process start and one JAX import for both tests)."""
-    meshes = [",".join(map(str, m)) for m in FAKE_MESHES]
-    result = fake_devices(
-        ["--meshes", *meshes, "--reference", reference_file, "--steps", str(STEPS)]
-        + ["--chunk", str(STEPS // 2)]  # two chunks: the state carries over between them
-        + ["--overflow", "2,2,2"]
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    return result.stdout
+    (one process start and one JAX import for both tests, made once for all pytest workers:
+    some 50 s)."""
+
+    def make(path: Path) -> None:
+        meshes = [",".join(map(str, m)) for m in FAKE_MESHES]
+        result = fake_devices(
+            ["--meshes", *meshes, "--reference", reference_file, "--steps", str(STEPS)]
+            + ["--chunk", str(STEPS // 2)]  # two chunks: the state carries over between them
+            + ["--overflow", "2,2,2"]
+        )
+        assert result.returncode == 0, result.stderr[-3000:]
+        (path / "stdout.txt").write_text(result.stdout)
+
+    shared = shared_directory(tmp_path_factory, "body-fake-devices", make)
+    return (shared / "stdout.txt").read_text()
 
 
 FAKE_MESHES = [[2, 2, 2], [8, 1, 1]]  # corners and edges; eight slabs (many migrations)
