@@ -3,7 +3,8 @@ mode on the CPU: one shard (the periodic halo) and 2 fake devices (xla halo) aga
 one-device Pallas chunk — moving walls with links across the shard faces, a body force, the
 Smagorinsky model, float16 storage, even and odd chunk lengths.
 
-Bitwise with XLA:CPU's fused multiply-adds off (``--xla_cpu_max_isa=AVX``): the split's sweeps
+Bitwise with XLA:CPU's fused multiply-adds off (``--xla_cpu_max_isa=AVX``, in the tests'
+``FAST_COMPILE`` with -O0 and the older fusion emitter: the worker 41 -> 30 s): the split's sweeps
 compute the same values in the same order, and the interpret mode's XLA program contracts
 a*b + c differently when its structure changes (the ghost selects), which with FMA on moves
 the last bit of a few moving-wall populations (measured 1.7e-16 in float64 after 3 steps; a
@@ -19,6 +20,7 @@ from pathlib import Path
 
 import jax
 import pytest
+from solver_cli import FAST_COMPILE
 from test_distributed_equality import fake_device_env, records
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -32,7 +34,7 @@ def test_split_pallas_chunk_equals_one_device_bitwise_without_fma(flags, compari
     result = subprocess.run(
         [sys.executable, WORKER, *flags],
         cwd=ROOT,
-        env=fake_device_env("--xla_cpu_max_isa=AVX"),
+        env=fake_device_env(FAST_COMPILE),
         capture_output=True,
         text=True,
         timeout=900,
