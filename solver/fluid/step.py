@@ -336,7 +336,9 @@ def _make_chunk(
             return fluid_collide(f, time, geo["sponge"]), None, extra, ()
 
     else:
-        collide = coupling.bind(setup, halo)
+        # one trace and one lowering for the chunk's three coupled collisions (entry, the
+        # loop's two): JAX reuses a nested jit's jaxpr for the same input types
+        collide = jax.jit(coupling.bind(setup, halo))
 
     def write(dst, post: Sequence[Array], patch, time: Array, faces=None) -> tuple[Array, ...]:
         """Encoded ``post`` (and the coupling's ``patch`` over it) into the padded buffers;
