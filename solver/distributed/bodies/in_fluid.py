@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -422,19 +423,45 @@ def to_replicated(
     sub = owned.sub
     slot_gid = jnp.where(sub.gid >= 0, sub.gid, n)
 
-    def place(values, like):
-        values = values.astype(jnp.int32) if values.dtype == bool else values
-        table = jnp.zeros((n + 1,) + values.shape[1:], values.dtype).at[slot_gid].set(values)
-        return halo.sum(table[:n]).astype(like.dtype)
+    def place(pairs: list[tuple[Array, Array]]) -> list[Array]:
+        """Per-slot ``values`` (C, ...) as whole tables shaped and typed as ``like`` (n, ...):
+        one scatter and one sum over the shards for all of them, as columns of the widest
+        float type (ids, counts and flags are exact in it)."""
+        dtype = jnp.result_type(
+            *(like.dtype for _, like in pairs if jnp.issubdtype(like.dtype, jnp.floating))
+        )
+        columns = jnp.concatenate(
+            [values.reshape(values.shape[0], -1).astype(dtype) for values, _ in pairs], axis=1
+        )
+        table = jnp.zeros((n + 1, columns.shape[1]), dtype).at[slot_gid].set(columns)
+        summed, out, start = halo.sum(table[:n]), [], 0
+        for values, like in pairs:
+            width = math.prod(values.shape[1:])
+            part = summed[:, start : start + width].reshape((n, *values.shape[1:]))
+            out.append(part.astype(like.dtype))
+            start += width
+        return out
 
     def per_sphere(values, like):
-        if members is None:
-            return place(values, like)
         table = clump_slots.place_rows(members, values, sub.gid, like)
         return halo.sum(table).astype(like.dtype)
 
     state = template.state
-    bodies = jax.tree.map(place, sub.bodies, state.bodies)
+    names = list(records.BODY_FIELDS)
+    pairs = [(getattr(sub.bodies, name), getattr(state.bodies, name)) for name in names]
+    pairs += [(sub.force, state.force), (sub.torque, state.torque),
+              (sub.contact_count, state.contact_count), (owned.hydro_force, template.hydro_force),
+              (owned.hydro_torque, template.hydro_torque)]  # fmt: skip
+    tables = ((sub.partners, state.partners), (sub.history, state.history),
+              (sub.plane_history, state.plane_history))  # fmt: skip
+    if members is None:
+        placed = place(pairs + list(tables))
+        partners, history, plane_history = placed[-3:]
+    else:
+        placed = place(pairs)
+        partners, history, plane_history = (per_sphere(v, like) for v, like in tables)
+    body_values = placed[: len(names)]
+    force, torque, contact_count, hydro_force, hydro_torque = placed[len(names) : len(names) + 5]
     rank = shard_rank(layout, coords)
     overflow = jnp.zeros_like(template.overflow).at[rank].set(sub.overflow)
     # the pair-table rebuilds of the chunk: the busiest shard's (each shard keeps its own)
@@ -442,18 +469,18 @@ def to_replicated(
     rebuilds = state.rebuilds + jnp.max(halo.sum(built)).astype(state.rebuilds.dtype)
     return template.replace(
         state=state.replace(
-            bodies=bodies,
-            force=place(sub.force, state.force),
-            torque=place(sub.torque, state.torque),
-            partners=per_sphere(sub.partners, state.partners),
-            history=per_sphere(sub.history, state.history),
-            plane_history=per_sphere(sub.plane_history, state.plane_history),
-            contact_count=place(sub.contact_count, state.contact_count),
+            bodies=Bodies(**dict(zip(names, body_values, strict=True))),
+            force=force,
+            torque=torque,
+            partners=partners,
+            history=history,
+            plane_history=plane_history,
+            contact_count=contact_count,
             time=jnp.reshape(sub.time, state.time.shape).astype(state.time.dtype),
             rebuilds=rebuilds,
         ),
-        hydro_force=place(owned.hydro_force, template.hydro_force),
-        hydro_torque=place(owned.hydro_torque, template.hydro_torque),
+        hydro_force=hydro_force,
+        hydro_torque=hydro_torque,
         overflow=halo.sum(overflow),
     )
 
