@@ -202,6 +202,8 @@ def put_in_slots(targets, values, slot: Array):
     compile time")."""
     capacity = jax.tree.leaves(targets)[0].shape[0]
     rows = slot.shape[0]
+    if rows == 0:
+        return targets
     source = jnp.full((capacity,), rows, jnp.int32)
     source = source.at[slot].set(jnp.arange(rows, dtype=jnp.int32), mode="drop")
     take = source < rows
