@@ -14,11 +14,13 @@ ROOT = Path(__file__).resolve().parent.parent
 # MLIR pipelines of the default one), which compiles in half the time or less again (measured
 # 2026-12-07 at -O0 on a 2-core machine, alternated: a D3Q19 PSM duct's coupled chunk
 # 11.4-14.2 -> 7.9-10.0 s, a lid-driven cavity's chunk 1.2-1.7 -> 0.5-0.7 s, a 200-sphere
-# body chunk 2.8-3.3 -> 1.3-1.5 s). That emitter contracts a multiply and an add into an FMA
-# even at -O0, differently for different array shapes (a D2Q9 channel on 2 x 2 devices then
-# differs from one device by 2e-7, measured); with the instruction set capped at AVX there is
-# no FMA instruction, and a split run rounds as the whole one does again. (x86 only: the CI
-# and development machines; on another CPU the ISA cap would need its counterpart there.)
+# body chunk 2.8-3.3 -> 1.3-1.5 s; but it turns every scatter into a loop of its own: keep
+# scatters out of the hot code, docs/performance.md "Start-up and compile time"). That emitter
+# contracts a multiply and an add into an FMA even at -O0, differently for different array
+# shapes (a D2Q9 channel on 2 x 2 devices then differs from one device by 2e-7, measured); with
+# the instruction set capped at AVX there is no FMA instruction, and a split run rounds as the
+# whole one does again. (x86 only: the CI and development machines; on another CPU the ISA cap
+# would need its counterpart there.)
 FAST_CODEGEN = {"xla_cpu_use_fusion_emitters": False, "xla_cpu_max_isa": "AVX"}
 FAST_COMPILE = (
     "--xla_backend_optimization_level=0 --xla_cpu_use_fusion_emitters=false --xla_cpu_max_isa=AVX"
