@@ -36,7 +36,8 @@ def test_defaults_are_the_schaefer_turek_cylinder():
         (["case.center=[0.2,0.03]"], "case.center", "clear of both walls"),
         (["fluid.u_lattice=0.25"], "fluid.u_lattice", "Mach"),
         (["case.viscosity=1e-30"], "tau", "> 0.5"),
-        (["case=duct"], "fluid.lattice", "3D lattice"),
+        (["case=duct", "fluid=d2q9"], "fluid.lattice", "3D lattice"),
+        (["case=dkt", "coupling=none"], "coupling.method", "psm for case dkt"),
         (["case=taylor_green", "case.variant=beltrami"], "case.variant", "2D lattice"),
         (["fluid.precision=float16"], "fluid.precision", "float32 | float64"),
         (["fluid.les=wale"], "fluid.les", "none | smagorinsky"),
@@ -52,6 +53,31 @@ def test_bad_values_name_key_value_and_range(overrides, key, allowed):
     err = _error(overrides)
     assert err.key == key
     assert allowed in str(err)
+
+
+@pytest.mark.parametrize(
+    ("case", "lattice", "coupling"),
+    [
+        ("cylinder", "D2Q9", "none"),
+        ("duct", "D3Q19", "none"),
+        ("geometry", "D3Q19", "none"),
+        ("dkt", "D3Q19", "psm"),
+        ("dkt_2d", "D2Q9", "psm"),
+        ("sediment", "D3Q19", "psm"),
+        ("settling_sphere", "D3Q19", "psm"),
+        ("sphere_array", "D3Q19", "psm"),
+        ("wet_bounce", "D3Q19", "psm"),
+    ],
+)
+def test_a_case_selects_the_lattice_and_coupling_it_runs_on(case, lattice, coupling):
+    config = compose_config([f"case={case}"])
+    assert (config.fluid.lattice, config.coupling.method) == (lattice, coupling)
+
+
+def test_groups_named_on_the_command_line_win_over_the_case_s_choice():
+    config = compose_config(["fluid=d3q27", "case=settling_sphere"])
+    assert (config.fluid.lattice, config.coupling.method) == ("D3Q27", "psm")
+    assert compose_config(["case=duct", "fluid=d3q27"]).fluid.lattice == "D3Q27"
 
 
 def test_tau_message_names_the_keys_that_set_it():
