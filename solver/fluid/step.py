@@ -66,6 +66,7 @@ from solver.fluid.padded import (
     plane,
     shift_blocks,
     upstream,
+    write_ghosts,
     write_padded,
 )
 from solver.fluid.setup import FluidSetup
@@ -629,13 +630,13 @@ def _write_patched(
     coords = tuple(reversed(coords))
     out = [o.at[coords].set(v, mode="drop") for o, v in zip(out, values, strict=True)]
     views = [lax.slice(o, (1,) * d, tuple(n + 1 for n in shape)) for o in out]
+    received = []
     for route, items in _ghost_routes(views, offsets, halo, None, mirror_axes).items():
-        blocks = materialised([block for _, _, block in items], time)
+        blocks = materialised([block for *_, block in items], time)
         if any(route):
             blocks = shift_blocks(halo, blocks, route)
-        for (i, ghost_start, _), block in zip(items, blocks, strict=True):
-            out[i] = lax.dynamic_update_slice(out[i], block, ghost_start)
-    return tuple(out)
+        received += [(*item[:-1], block) for item, block in zip(items, blocks, strict=True)]
+    return write_ghosts(out, received)
 
 
 def make_step(setup: FluidSetup) -> Callable[[FluidState, FluidGeometry], tuple[FluidState, Array]]:
