@@ -174,19 +174,29 @@ def test_owned_on_two_mpi_processes_matches_one(single, tmp_path):
     assert_close(out, single, SPLIT_RELATIVE)
 
 
-def test_owned_on_the_native_kernel_on_slabs_and_mpi_processes_matches_one(single, tmp_path):
+NATIVE_SLABS = ["fluid.kernel=native", "domain.mesh=[2,1,1]", OWNED]
+
+
+def test_owned_on_the_native_kernel_on_two_mpi_processes_matches_one(single, tmp_path):
     """fluid.kernel=native (the PSM collision inside the in-place kernel's sweep) with owned
-    bodies on two slabs along x, on two fake devices (xla halo, inside shard_map) and on two
-    MPI processes: the first sphere migrates across the slabs' face, the ghosts' partial
-    forces go back to their owners, and both runs equal the XLA step's replicated run on one
-    device (float32 round-off: the kernel's arithmetic and the forces' summation order)."""
-    slabs = ["fluid.kernel=native", "domain.mesh=[2,1,1]", OWNED]
-    out = run(tmp_path / "two", slabs, devices=2)
+    bodies on two slabs along x, on two MPI processes: the first sphere migrates across the
+    slabs' face, the ghosts' partial forces go back to their owners, and the run equals the
+    XLA step's replicated run on one device (float32 round-off: the kernel's arithmetic and
+    the forces' summation order)."""
+    out = run_mpi(tmp_path / "mpi", [*NATIVE_SLABS, "domain.halo=mpi"])
     assert json.loads((out / "run.json").read_text())["config"]["fluid"]["kernel"] == "native"
     assert SPHERES[0][0] < 0.005 < last(out, "bodies.h5", "position")[0, 0], "no migration"
     assert_close(out, single, SPLIT_RELATIVE)
-    processes = run_mpi(tmp_path / "mpi", [*slabs, "domain.halo=mpi"])
-    assert_close(processes, single, SPLIT_RELATIVE)
+
+
+# make test-long (~30 s): the same on two fake devices (xla halo, inside shard_map). make test
+# has its parts: owned bodies inside shard_map on eight fake devices (above), the native kernel
+# on two fake devices with bodies (tests/test_coupling_native.py), and this scene over MPI.
+@pytest.mark.long
+def test_owned_on_the_native_kernel_on_two_fake_devices_matches_one(single, tmp_path):
+    out = run(tmp_path / "two", NATIVE_SLABS, devices=2)
+    assert SPHERES[0][0] < 0.005 < last(out, "bodies.h5", "position")[0, 0], "no migration"
+    assert_close(out, single, SPLIT_RELATIVE)
 
 
 # --- clumps: owned by the shard that holds their centre of mass ------------------------------

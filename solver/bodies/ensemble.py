@@ -50,6 +50,7 @@ from solver.bodies.step import (
     initial_state,
     make_body_chunk,
     overflow_message,
+    run_once,
     stable_time_step,
 )
 from solver.checkpoint.flat import flatten_leaves, unflatten_leaves
@@ -390,7 +391,7 @@ class EnsembleModel:
     def initial_state(self):
         setup = self.setup
         bodies = self._put(self.members.bodies)
-        states = jax.jit(jax.vmap(lambda b, p: initial_state(setup, b, p)))(bodies, self.params)
+        states = run_once(jax.vmap(lambda b, p: initial_state(setup, b, p)), bodies, self.params)
         first = self._host_series(self._diag(states, self.params))
         self.series = {k: [v[:, None]] for k, v in first.items()}  # blocks of (E, S, ...)
         return states

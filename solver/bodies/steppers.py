@@ -11,6 +11,7 @@ evaluation of the same state, which is the reference the decomposition is checke
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import jax
@@ -25,6 +26,7 @@ from solver.bodies.step import (
     initial_state,
     make_body_chunk,
     overflow_message,
+    run_once,
 )
 from solver.checkpoint.flat import flatten_leaves, unflatten_leaves
 from solver.errors import ConfigError
@@ -42,7 +44,7 @@ class SingleStepper:
     ) -> None:
         self.setup = setup
         # jitted: eagerly, its few hundred small operations compile one by one (~7 s)
-        self._state0 = jax.jit(initial_state, static_argnums=0)(setup, bodies)
+        self._state0 = run_once(functools.partial(initial_state, setup), bodies)
         if kernel == "native":  # the same state, n steps in one C++ call (bodies.kernel)
             from solver.bodies.native_step import make_native_chunk
 
@@ -97,7 +99,7 @@ class SpatialStepper:
         except NotImplementedError as err:
             raise ConfigError("bodies.mesh", list(mesh), "null", hint=str(err)) from None
         self.setup, self._bd, self._bodies0 = setup, bd, bodies
-        reference = jax.jit(initial_state, static_argnums=0)(setup, bodies)
+        reference = run_once(functools.partial(initial_state, setup), bodies)
         self.initial = jax.device_get(jax.jit(lambda s: diagnostics(setup, s))(reference))
         self._grid = bd.device_mesh(self.layout)
         self._chunk = bd.compile_chunk(setup, self.layout, self._grid, setup.params())

@@ -14,6 +14,7 @@ drawn, a PNG of the tracked bodies' velocity against time, and run.json's ``coup
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +26,7 @@ from jax import Array
 from kernels.rigid_body import angular_velocity
 from solver.bodies.model import pair_table_summary
 from solver.bodies.step import initial_state as initial_body_state
+from solver.bodies.step import run_once
 from solver.coupling.case import CoupledCase
 from solver.coupling.cases import build_coupled_case
 from solver.coupling.output import TrackLog, plot_track, save_slice_png
@@ -141,7 +143,7 @@ class CoupledModel(FluidModel):
         dtype = jax.numpy.dtype(self.setup.dtype)
         start = jax.tree.map(lambda a: a.astype(dtype) if a.dtype.kind == "f" else a,
                              self.coupled.initial)  # fmt: skip
-        state = jax.jit(initial_body_state, static_argnums=0)(self.coupled.bodies, start)
+        state = run_once(functools.partial(initial_body_state, self.coupled.bodies), start)
         if self.body_layout is not None:
             bodies = self.coupled.coupling.owned_initial(state, self.body_layout.shards)
         else:
