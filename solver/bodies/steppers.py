@@ -43,7 +43,7 @@ class SingleStepper:
         self, setup: BodySetup, bodies: Bodies, diagnostics_every: int = 1, kernel: str = "xla"
     ) -> None:
         self.setup = setup
-        # jitted: eagerly, its few hundred small operations compile one by one (~7 s)
+        # one compiled program: eagerly, its few hundred small operations compile one by one (~7 s)
         self._state0 = run_once(functools.partial(initial_state, setup), bodies)
         if kernel == "native":  # the same state, n steps in one C++ call (bodies.kernel)
             from solver.bodies.native_step import make_native_chunk
