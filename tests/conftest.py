@@ -21,10 +21,10 @@ with ranks that spin while they wait for each other.
 Where the time goes: `LBSOLVER_COMPILE_LOG=FILE make test` appends a line per compilation of a
 second or more, in pytest's workers and in every process a test starts (tests/compile_log).
 Measured 2026-12-06 (904 tests, pytest 26:49 on 2 cores): compilations took 1,812 of the
-workers' 3,320 s, 1,149 s of it in child processes (solver runs, MPI ranks). Hence the two
-cheap ways a test shortens without asserting less: `@pytest.mark.fast_compile` (below) or
-FAST_COMPILE in a child's XLA_FLAGS (tests/solver_cli.py) for short runs, and
-tests/shared_runs.py for a reference run that tests on both workers compare against.
+workers' 3,320 s, 1,149 s of it in child processes (solver runs, MPI ranks). Hence the suite
+compiles fast by default, in its workers (below) and in the runs it starts (FAST_COMPILE in
+their XLA_FLAGS, tests/solver_cli.py and tests/mpi.py), and tests/shared_runs.py makes a
+reference run once for the tests on both workers to compare against.
 """
 
 import os
@@ -95,21 +95,26 @@ if _COMPILE_LOG:
     )
 
 
-# Tests marked fast_compile compile without LLVM's optimisations (a D3Q19 chunk: 13.6 s against
-# 19.7 s) and with XLA:CPU's older fusion emitter, without FMA instructions (FAST_COMPILE in
-# tests/solver_cli.py, as for child processes: half the time again or less): most of a short
-# run is its compilation, and what such a test asserts (equality of two runs compiled alike,
-# conservation, an order of convergence) is a property of the XLA program, the same however its
-# code is generated; only FMA contraction differs (none here). JAX's in-memory caches do not
-# know these options, so they are cleared where they change: a program compiled for one kind of
-# test is never run by the other (the persistent cache keys on them).
+# Every test's own compilations skip LLVM's optimisations and take XLA:CPU's older fusion
+# emitter without FMA instructions (FAST_CODEGEN, as FAST_COMPILE does for the solver runs and
+# MPI ranks the tests start, tests/solver_cli.py): a D3Q19 chunk compiles in half the time or
+# less, and compiling is most of a test's time. What a test asserts (equality of two runs
+# compiled alike, conservation, an order of convergence, an error bound) is a property of the
+# XLA program, the same however its code is generated; only FMA contraction differs, and
+# without FMA a split run rounds as the whole one does. Tests marked production_compile keep
+# the production level (an FMA bound, a property of the optimised code); so do the runs of
+# `make validate` and `make bench`. JAX's in-memory caches do not know these options, so they
+# are cleared where they change: a program compiled for one kind of test is never run by the
+# other (the persistent cache keys on them). Measured 2026-12-07, the nine tests that compiled
+# most in the workers, alone and alternated: 134 -> 95 s.
 # (Set in the setup hook, before any fixture of the test, module fixtures included, is made.)
-_fast_compile = [False]
+_fast_compile = [True]
+jax.config.update("jax_disable_most_optimizations", True)
 _compile_options = jax_compiler.get_compile_options
 
 
 def _with_fast_codegen(*args, **kwargs):
-    """JAX's compile options, plus FAST_CODEGEN while a fast_compile test runs (JAX has no
+    """JAX's compile options, plus FAST_CODEGEN unless a production_compile test runs (JAX has no
     global setting for an XLA option: jax.jit(compiler_options=) is per function)."""
     options = _compile_options(*args, **kwargs)
     if _fast_compile[0]:
@@ -122,7 +127,7 @@ jax_compiler.get_compile_options = _with_fast_codegen
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item: pytest.Item) -> None:
-    fast = item.get_closest_marker("fast_compile") is not None
+    fast = item.get_closest_marker("production_compile") is None
     if fast != _fast_compile[0]:
         jax.clear_caches()
         jax.config.update("jax_disable_most_optimizations", fast)

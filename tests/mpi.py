@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from solver_cli import FAST_COMPILE
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -27,7 +28,8 @@ def mpirun_or_skip() -> str:
 
 def mpi_env(extra: dict | None = None) -> dict:
     env = dict(os.environ)
-    env.pop("XLA_FLAGS", None)  # one device per process
+    # one device per process, compiled fast (tests/solver_cli.py) unless extra says otherwise
+    env["XLA_FLAGS"] = FAST_COMPILE
     env.update(
         JAX_PLATFORMS="cpu",
         OMPI_ALLOW_RUN_AS_ROOT="1",

@@ -32,8 +32,9 @@ FAST_COMPILE_OPTIONS = {"xla_backend_optimization_level": 0, **FAST_CODEGEN}
 def run_solver(
     args: list[str], env_extra: dict | None = None, timeout: float = 600
 ) -> subprocess.CompletedProcess:
-    """``python -m solver ARGS``; output captured as text."""
-    env = {**os.environ, "JAX_PLATFORMS": "cpu", **(env_extra or {})}
+    """``python -m solver ARGS``; output captured as text. Compiled with FAST_COMPILE unless
+    ``env_extra`` (or the test's own environment) sets XLA_FLAGS."""
+    env = {"XLA_FLAGS": FAST_COMPILE, **os.environ, "JAX_PLATFORMS": "cpu", **(env_extra or {})}
     return subprocess.run(
         [sys.executable, "-m", "solver", *args],
         cwd=ROOT,

@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 from hooks import SignalAt
 from mpi import mpi_env, mpirun, mpirun_or_skip
-from solver_cli import ROOT, run_solver
+from solver_cli import FAST_COMPILE, ROOT, run_solver
 
 from solver.api import compose_config, run
 from solver.app import enable_precision
@@ -162,7 +162,7 @@ def test_ensemble_saved_on_four_devices_resumes_on_one(tmp_path):
     saved = tmp_path / "four"
     result = run_solver(
         [*ensemble, f"hydra.run.dir={saved}"],
-        {"XLA_FLAGS": "--xla_force_host_platform_device_count=4"},
+        {"XLA_FLAGS": f"--xla_force_host_platform_device_count=4 {FAST_COMPILE}"},
     )
     assert result.returncode == 0, result.stderr[-3000:]
     summary = json.loads((saved / "run.json").read_text())

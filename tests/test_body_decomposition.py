@@ -40,9 +40,8 @@ from solver.distributed.bodies.run import host_subdomains
 from solver.errors import ConfigError
 
 WORKER = str(Path(__file__).resolve().parent / "body_decomposition_worker.py")
-# The split runs compile with LLVM's optimisations off (compiling is most of their time); the
-# reference stays at the production level, so the bound below also covers the FMA contractions
-# that -O0 leaves out
+# The split runs compile with LLVM's optimisations off and without FMA (compiling is most of
+# their time), as the reference does (tests/conftest.py)
 ROOT = Path(__file__).resolve().parent.parent
 STEPS = 100
 STATE_RTOL = 1e-10  # see the module docstring
@@ -182,7 +181,6 @@ def test_owners_cover_the_box_and_clamp_outside():
     assert sorted(gid[gid >= 0].tolist()) == list(range(setup.n_bodies))
 
 
-@pytest.mark.fast_compile  # a short run: compiling is most of it (tests/conftest.py)
 def test_kept_pair_table_gives_the_rebuilt_forces_and_is_rebuilt_when_it_must():
     """``local_contacts`` over a pair table kept from the step before (a Verlet list of the
     owned slots) equals a rebuild every step, and rebuilds when a body moved too far or a slot

@@ -8,7 +8,7 @@ import h5py
 import numpy as np
 import pytest
 
-from tests.solver_cli import run_solver
+from tests.solver_cli import FAST_COMPILE, run_solver
 
 # relative to the largest value; the decomposition differs from one device in the rounding of
 # some pair forces (docs/body_decomposition.md: ~1e-15 after 100 steps, x10 per 100 steps of
@@ -79,8 +79,11 @@ def test_clumps_on_a_mesh_equal_one_device(tmp_path):
     """Clumps decomposed over a 2 x 2 x 1 mesh of fake devices: each owned by the subdomain
     of its centre of mass, its members in contacts with ghosts' members across the faces."""
     runs = {}
-    split_flags = "--xla_force_host_platform_device_count=4"
-    for name, extra, flags in (("one", [], ""), ("split", ["bodies.mesh=[2,2,1]"], split_flags)):
+    split_flags = f"--xla_force_host_platform_device_count=4 {FAST_COMPILE}"
+    for name, extra, flags in (
+        ("one", [], FAST_COMPILE),
+        ("split", ["bodies.mesh=[2,2,1]"], split_flags),
+    ):
         out = tmp_path / name
         result = run_solver(
             [*CLUMP_SCENE, *extra, f"hydra.run.dir={out}"], env_extra={"XLA_FLAGS": flags}

@@ -8,7 +8,7 @@ import json
 import h5py
 import numpy as np
 import pytest
-from solver_cli import run_solver
+from solver_cli import FAST_COMPILE, run_solver
 
 from solver.bodies.cases import build_body_case
 from solver.bodies.ensemble import build_members, perturbed_bodies
@@ -51,7 +51,6 @@ def sweep_run(tmp_path_factory):
     return outcome.summary, out
 
 
-@pytest.mark.fast_compile  # a short run: compiling is most of it (tests/conftest.py)
 def test_restitution_sweep_orders_rebounds_like_e_squared(sweep_run):
     summary, out = sweep_run
     assert summary["status"] == "completed"
@@ -98,7 +97,7 @@ def test_sharded_over_8_devices_equals_one_device(sweep_run, tmp_path):
     summary, out = sweep_run
     result = run_solver(
         [*BOUNCE, "bodies.ensemble.size=3", SWEEP, f"hydra.run.dir={tmp_path}"],
-        env_extra={"XLA_FLAGS": "--xla_force_host_platform_device_count=8"},
+        env_extra={"XLA_FLAGS": f"--xla_force_host_platform_device_count=8 {FAST_COMPILE}"},
     )
     assert result.returncode == 0, result.stderr
     sharded = json.loads((tmp_path / "run.json").read_text())["ensemble"]

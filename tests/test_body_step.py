@@ -210,7 +210,6 @@ def test_persistent_pair_keeps_its_spring_through_a_chunk():
     assert 9.0 < increments <= 11.0, f"spring holds {increments} increments of v_t dt"
 
 
-@pytest.mark.fast_compile  # a short run: compiling is most of it (tests/conftest.py)
 def test_overflow_reports_cell_and_count():
     positions = [[0.001, 0.001, 0.001], [0.01, 0.01, 0.01]]  # one cell, not touching
     full = make_setup(n=2, capacity=1, normals=np.zeros((0, 3)), gravity=(0.0, 0.0, 0.0))
@@ -246,7 +245,6 @@ def test_vmap_over_scenes_equals_separate_runs():
     assert touched.all(), f"scenes that reached the plane: {touched}"
 
 
-@pytest.mark.fast_compile  # a short run: compiling is most of it (tests/conftest.py)
 def test_verlet_list_gives_the_contacts_and_motion_of_the_every_step_rebuild():
     """36 spheres thrown about a box (floor, four walls, friction, float64): the pair table
     kept until a sphere has moved half the skin gives the same motion, bit for bit, as the
@@ -283,7 +281,6 @@ def test_verlet_list_gives_the_contacts_and_motion_of_the_every_step_rebuild():
     np.testing.assert_allclose(kept.elastic_energy, rebuilt.elastic_energy, rtol=1e-12)
 
 
-@pytest.mark.fast_compile  # a short run: compiling is most of it (tests/conftest.py)
 def test_diagnostics_every_k_steps_samples_the_same_totals_and_leaves_the_state_bitwise():
     """make_body_chunk(every=3): totals at steps that are multiples of 3 and at the chunk's
     last step, equal to the every-step chunk's there, zeros (sampled False) between; the state
@@ -320,7 +317,6 @@ def test_bucket_capacities_halve_down_to_the_smallest_bucket():
     assert bs.bucket_capacities(80_000, buckets=False) == (80_000,)
 
 
-@pytest.mark.fast_compile  # a short run: compiling is most of it (tests/conftest.py)
 def test_compacted_pairs_in_a_smaller_bucket_move_the_packing_as_the_full_lists():
     """800 jittered lattice spheres settling in a walled box (the body bench's scene): a third
     of the pair table and a tenth of the sphere-wall pairs are real, so the step evaluates
@@ -356,7 +352,6 @@ def test_compacted_pairs_in_a_smaller_bucket_move_the_packing_as_the_full_lists(
                                    err_msg=name)  # fmt: skip
 
 
-@pytest.mark.fast_compile  # a short run: compiling is most of it (tests/conftest.py)
 def test_all_pairs_table_moves_a_small_scene_as_the_cell_list_does():
     """9 spheres thrown about a box (s <= 2 K + 1: "auto" evaluates every pair, built once):
     the same contacts at every step as the Verlet table from the cell list, no rebuild, and

@@ -22,7 +22,7 @@ import h5py
 import numpy as np
 import pytest
 from mpi import mpi_env, mpirun, mpirun_or_skip
-from solver_cli import ROOT, run_solver
+from solver_cli import FAST_COMPILE, ROOT, run_solver
 
 # Long enough that 2 processes on 2 cores step for several seconds after the first checkpoint.
 LONG = [
@@ -43,7 +43,7 @@ SHORT = [
     "output.png=false",
     "checkpoint.every_steps=100",
 ]
-FAKE_DEVICES = {"XLA_FLAGS": "--xla_force_host_platform_device_count=4"}
+FAKE_DEVICES = {"XLA_FLAGS": f"--xla_force_host_platform_device_count=4 {FAST_COMPILE}"}
 # ``python -c`` in place of ``-m solver`` under mpirun: the solver with JAX's device-collective
 # barrier and broadcast refused, so Orbax's saves, deletions and restores must wait at
 # jax.distributed's key-value barriers (no NCCL under halo=mpi, docs/checkpoints.md)

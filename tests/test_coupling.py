@@ -239,7 +239,6 @@ def test_a_sphere_moving_with_a_uniform_flow_feels_no_drag():
     assert np.abs(track[:, 0, 3:6] - np.array(u0)).max() < ROUND_OFF
 
 
-@pytest.mark.fast_compile  # a short run: compiling is most of it (tests/conftest.py)
 @pytest.mark.parametrize("average", [False, True])
 def test_fluid_plus_body_momentum_is_conserved_in_a_periodic_box(average):
     """A sphere launched into fluid at rest: what it loses, the fluid gains, step for step.
@@ -396,7 +395,6 @@ def test_a_clump_feels_the_force_and_torque_of_its_members_about_its_centre():
     assert np.abs(torque.sum(0)).max() > 1e-4, "the test needs a real torque"
 
 
-@pytest.mark.fast_compile  # a short run: compiling is most of it (tests/conftest.py)
 def test_a_clump_in_a_uniform_flow_feels_no_drag_and_conserves_momentum():
     """Galilean check for a clump (no force, no torque when it moves with the fluid), then the
     momentum of fluid + clump in a periodic box, exact up to velocity Verlet's lag (as for a

@@ -183,7 +183,6 @@ def test_bodies_in_a_fluid_case_are_checked_against_its_walls():
 PUSH = -0.005  # m/s of the recorded kinematic sphere: upstream, against the duct flow
 
 
-@pytest.mark.fast_compile  # a short run: compiling is most of it (tests/conftest.py)
 def test_a_kinematic_sphere_follows_its_pose_sensor_through_the_duct_flow(tmp_path):
     """Bodies in a fluid case, moved by the body twin: a kinematic sphere (r 1.5 mm), driven
     by a replayed pose sensor, is pushed upstream against the duct flow; a free, slightly

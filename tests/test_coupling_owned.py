@@ -140,21 +140,29 @@ def test_owned_on_one_device_is_the_replicated_run(single, tmp_path):
         assert np.array_equal(last(out, name, field), last(single, name, field)), field
 
 
-def test_owned_on_eight_fake_devices_matches_one(single, tmp_path):
-    out = run(tmp_path / "run", ["domain.mesh=[2,2,2]", OWNED], devices=8)
+def assert_owned_buffers(out: Path, starts: list) -> None:
+    """run.json tells how much of each buffer a run on the 2 x 2 x 2 mesh used (the whole
+    scene by default): the most bodies one block held, from the start and every step's
+    centres (blocks of 5 mm); each shard builds its pair table at least once in each chunk."""
     summary = json.loads((out / "run.json").read_text())
     assert summary["domain"]["mesh"] == [2, 2, 2]
-    # run.json tells how much of each buffer the run used (the whole scene by default): the
-    # most spheres one block held, from the start and every step's centres (blocks of 5 mm)
     buffers = summary["coupling"]["buffers"]
-    centres = np.concatenate([[SPHERES], track(out)[:, :3].reshape(-1, len(SPHERES), 3)])
+    centres = np.concatenate([[starts], track(out)[:, :3].reshape(-1, len(starts), 3)])
     block = np.clip((centres / 0.005).astype(int), 0, 1) @ np.array([4, 2, 1])
     held = max(np.bincount(row, minlength=8).max() for row in block)
     assert buffers["owned"] == {"key": "coupling.capacity", "size": 5, "most_needed": held}
     assert 1 <= buffers["ghost"]["most_needed"] <= buffers["ghost"]["size"] == 5
-    # each shard keeps its pair table within a chunk: built at least once in each of the two
     rebuilds = summary["coupling"]["pair_table"]["rebuilds"]
     assert 2 <= rebuilds <= summary["coupling"]["pair_table"]["body_steps"], rebuilds
+
+
+# make test-long (~45 s): the clump scene on the same mesh below holds three of these spheres
+# and two clumps in their places, and asserts all of this and more; make test also checks the
+# spheres' owned path bit for bit on one device (above) and on two MPI processes (below)
+@pytest.mark.long
+def test_owned_on_eight_fake_devices_matches_one(single, tmp_path):
+    out = run(tmp_path / "run", ["domain.mesh=[2,2,2]", OWNED], devices=8)
+    assert_owned_buffers(out, SPHERES)
     # the run crosses faces: some sphere ends in another block than it started in
     start = np.asarray(SPHERES)
     end = last(out, "bodies.h5", "position")

@@ -98,7 +98,6 @@ def test_two_mpi_processes_match_one(single, tmp_path):
     assert_close(out, single, SPLIT_RELATIVE)
 
 
-@pytest.mark.fast_compile  # a short run: compiling is most of it (tests/conftest.py)
 def test_sigterm_checkpoint_and_resume_are_bit_identical(tmp_path):
     """Stopped at step 12 of 24 with a checkpoint, the same command resumes; the bodies, their
     history and the fluid end exactly as in an uninterrupted run (same device, same chunks)."""

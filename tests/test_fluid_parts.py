@@ -182,7 +182,6 @@ def test_open_faces_rerun_the_walls_only_where_the_plane_inside_pulls_from_a_sol
     assert [boundary_rules.face_walls(touching, ob, walls) for ob in faces] == [(), walls]
 
 
-@pytest.mark.fast_compile  # a short run: compiling is most of it (tests/conftest.py)
 def test_rules_on_boxes_equal_the_rules_on_the_whole_block(monkeypatch):
     """Curved walls, the rest state in solids, the force and its moment computed on the boxes
     give the whole block's populations (to the few ulps of XLA's FMA contraction, which depends
@@ -219,7 +218,6 @@ def _computation(text: str, name: str) -> str:
     return part[: part.index("\n}")]
 
 
-@pytest.mark.fast_compile
 def test_the_step_loop_hoists_nothing_from_the_geometry_and_copies_no_grid_array():
     """The chunk's loop reads the geometry through a barrier with the iteration index, so XLA
     leaves what the parts derive from it (Bouzidi's coefficients and the link masks of every
@@ -253,6 +251,7 @@ def test_the_step_loop_hoists_nothing_from_the_geometry_and_copies_no_grid_array
     assert copies == [], copies[:3]
 
 
+@pytest.mark.production_compile  # FMA contraction included: the loop body's code is the same
 @pytest.mark.parametrize("splits", [(4, 2), (5, 1)], ids=["4+2", "5+1"])
 def test_a_run_split_into_chunks_of_any_length_gives_the_same_bits(splits):
     """Where the plan materialises the pull (curved walls, open faces, a force), the loop body
@@ -283,7 +282,6 @@ def test_a_run_split_into_chunks_of_any_length_gives_the_same_bits(splits):
         np.testing.assert_allclose(forces[5:], whole_forces[5:], rtol=1e-5, atol=1e-7)
 
 
-@pytest.mark.fast_compile
 def test_an_even_chunk_compiles_no_step_beside_the_loop():
     """Plain walls (the pull fused into the collision, two buffers, two steps per loop
     iteration): a chunk of n steps runs n - 1 steps between its first collision and its last

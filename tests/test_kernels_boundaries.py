@@ -41,7 +41,6 @@ def run(setup, steps):
     return np.asarray(rho), np.asarray(u), np.asarray(forces)
 
 
-@pytest.mark.fast_compile  # a short run: compiling is most of it (tests/conftest.py)
 @pytest.mark.parametrize("lat", [D2Q9, D3Q19, D3Q27], ids=lambda lat: lat.name)
 def test_poiseuille_trt_is_exact_and_wall_force_balances_body_force(lat):
     shape, solid = channel(lat)
@@ -119,7 +118,6 @@ def test_bouzidi_half_way_limit_matches_bounce_back():
     assert bouzidi_channel_error(12, 0.5, "trt") < STEADY_EXACT
 
 
-@pytest.mark.fast_compile  # a short run: compiling is most of it (tests/conftest.py)
 @pytest.mark.parametrize("rule", ["linear", "quadratic"])
 @pytest.mark.parametrize("qd", [0.2, 0.75])
 def test_bouzidi_off_grid_walls_converge_second_order(qd, rule):

@@ -151,7 +151,6 @@ def _assert_equal_diagnostics(xla: bs.BodyDiagnostics, native: bs.BodyDiagnostic
         assert error <= KINEMATICS, f"diagnostics.{name}: relative difference {error:.2e}"
 
 
-@pytest.mark.fast_compile  # compared to round-off: compiling is most of it (conftest)
 def test_native_chunk_equals_xla_on_a_packing_with_walls(monkeypatch):
     """300 steps (three chunks) of 64 thrown spheres: Hertz-Mindlin, rolling resistance,
     rebuilds, kinematic and fixed spheres, a conveyor floor, an elastic wall."""
@@ -181,7 +180,6 @@ def test_native_chunk_equals_xla_on_a_packing_with_walls(monkeypatch):
         np.testing.assert_array_equal(x, y)
 
 
-@pytest.mark.fast_compile  # compared to round-off: compiling is most of it (conftest)
 def test_native_ensemble_equals_xla_linear_all_pairs():
     """A vmapped ensemble in one call: 5 members of 12 spheres (every pair in the table), the
     linear contact model, members differing in restitution, friction and gravity."""

@@ -72,10 +72,8 @@ def slurm_cluster() -> cluster.Cluster:
 
 
 def _env(**extra: str) -> dict[str, str]:
-    env = dict(os.environ)
-    env["JAX_PLATFORMS"] = "cpu"
-    env.update(extra)
-    return env
+    """The environment of a job: CPU, compiled fast (tests/solver_cli.py) unless said."""
+    return {"XLA_FLAGS": FAST_COMPILE, **os.environ, "JAX_PLATFORMS": "cpu", **extra}
 
 
 def _run_or_cancel(
