@@ -22,9 +22,10 @@ import h5py
 import numpy as np
 import pytest
 from mpi import mpi_env, mpirun, mpirun_or_skip
-from solver_cli import FAST_COMPILE, ROOT, run_solver
+from solver_cli import FAST_COMPILE, PRODUCTION, ROOT, run_solver
 
-# Long enough that 2 processes on 2 cores step for several seconds after the first checkpoint.
+# Long enough that 2 processes on 2 cores step for several seconds after the first checkpoint;
+# its runs compile at the production level (PRODUCTION), whose code steps faster
 LONG = [
     "case=cavity",
     "case.resolution=254",
@@ -122,7 +123,7 @@ def _solver_ranks(mpirun_pid: int) -> list[int]:
 @pytest.fixture(scope="module")
 def long_reference(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("long_reference")
-    solver_ok([*LONG, "domain=single", f"hydra.run.dir={out}"])
+    solver_ok([*LONG, "domain=single", f"hydra.run.dir={out}"], PRODUCTION)
     return out
 
 
@@ -137,7 +138,7 @@ def test_sigkill_of_one_mpi_rank_then_resume_equals_uninterrupted(tmp_path, long
     first = subprocess.Popen(
         command,
         cwd=ROOT,
-        env=mpi_env(),
+        env=mpi_env(PRODUCTION),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -165,7 +166,7 @@ def test_sigkill_of_one_mpi_rank_then_resume_equals_uninterrupted(tmp_path, long
     )
     assert status != "completed", "the run finished before the kill: make LONG longer"
 
-    second = mpirun(2, [*solver, *args])
+    second = mpirun(2, [*solver, *args], extra_env=PRODUCTION)
     assert second.returncode == 0, second.stderr[-3000:]
     step = resumed_step((run_dir / "logs" / "process_0.log").read_text())
     assert 0 < step < 3000
@@ -178,22 +179,25 @@ def test_sigkill_of_one_mpi_rank_then_resume_equals_uninterrupted(tmp_path, long
 # ---------------------------------------------------------------------------- signals
 
 
-def _start_solver(args: list[str], run_dir: Path) -> subprocess.Popen:
-    """``python -m solver ARGS`` into ``run_dir``, in the background, output captured."""
+def _start_solver(args: list[str], run_dir: Path, env: dict | None = None) -> subprocess.Popen:
+    """``python -m solver ARGS`` into ``run_dir``, in the background, output captured; compiled
+    as run_solver compiles (FAST_COMPILE unless ``env`` says otherwise)."""
     return subprocess.Popen(
         [sys.executable, "-m", "solver", *args, f"hydra.run.dir={run_dir}"],
         cwd=ROOT,
-        env={**os.environ, "JAX_PLATFORMS": "cpu"},
+        env={"XLA_FLAGS": FAST_COMPILE, **os.environ, "JAX_PLATFORMS": "cpu", **(env or {})},
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
     )
 
 
-def _start_and_signal(args: list[str], run_dir: Path, signum: int) -> subprocess.Popen:
+def _start_and_signal(
+    args: list[str], run_dir: Path, signum: int, env: dict | None = None
+) -> subprocess.Popen:
     """Start ``python -m solver``, send ``signum`` as soon as the run has started (its log
     names the domain: start-up and compilation are still going on), wait for the end."""
-    process = _start_solver(args, run_dir)
+    process = _start_solver(args, run_dir, env)
     log = run_dir / "solver.log"
     try:
         _wait_for(
@@ -213,7 +217,7 @@ def _start_and_signal(args: list[str], run_dir: Path, signum: int) -> subprocess
 
 def test_sigterm_during_start_up_stops_with_a_checkpoint_then_resumes(tmp_path, long_reference):
     run_dir = tmp_path / "run"
-    stopped = _start_and_signal([*LONG, "domain=single"], run_dir, signal.SIGTERM)
+    stopped = _start_and_signal([*LONG, "domain=single"], run_dir, signal.SIGTERM, PRODUCTION)
     assert stopped.returncode == 75, stopped.stderr_text[-3000:]
     summary = json.loads((run_dir / "run.json").read_text())
     assert summary["status"] == "preempted" and 0 < summary["steps"] < 3000
@@ -221,7 +225,7 @@ def test_sigterm_during_start_up_stops_with_a_checkpoint_then_resumes(tmp_path, 
     assert f"stopped by SIGTERM at step {step} of 3000" in stopped.stderr_text
     assert (run_dir / "checkpoints" / str(step) / "manifest.json").is_file()
 
-    log = solver_ok([*LONG, "domain=single", f"hydra.run.dir={run_dir}"])
+    log = solver_ok([*LONG, "domain=single", f"hydra.run.dir={run_dir}"], PRODUCTION)
     assert resumed_step(log) == step
     assert_same_fields(run_dir, long_reference)
 

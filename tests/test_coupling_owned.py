@@ -217,6 +217,7 @@ def test_owned_on_the_native_kernel_on_two_fake_devices_matches_one(single, tmp_
 MEMBERS = (
     "[{radius: 0.001, offset: [-0.0008, 0.0, 0.0]}, {radius: 0.001, offset: [0.0008, 0.0, 0.0]}]"
 )
+CLUMP_CENTRES = [*SPHERES[:4], (0.0051, 0.0051, 0.0026)]  # of mass, for clumps
 CLUMP_BODIES = (
     f"[{{shape: clump, material: bead, position: [0.004995, 0.0025, 0.0028], spheres: {MEMBERS}}}, "
     "{shape: clump, material: bead, position: [0.0051, 0.0051, 0.0051], "
@@ -253,11 +254,17 @@ def test_owned_clumps_on_one_device_match_the_replicated_run(clumps_single, tmp_
 
 def test_owned_clumps_on_eight_fake_devices_match_one(clumps_single, tmp_path):
     """The clump scene on a 2 x 2 x 2 mesh of fake devices (xla halo): the first clump
-    migrates across the x face, members' covers and contacts cross the faces, and the run
-    equals one device."""
+    migrates across the x face, members' covers and contacts cross the faces, the thrown clump
+    and sphere touch across the z face, the buffers report what they held, and the run equals
+    one device."""
     out = run(tmp_path / "eight", ["domain.mesh=[2,2,2]", OWNED, CLUMPS], devices=8)
-    buffers = json.loads((out / "run.json").read_text())["coupling"]["buffers"]
-    assert buffers["ghost"]["most_needed"] >= 1, buffers
+    assert_owned_buffers(out, CLUMP_CENTRES)
+    # the thrown clump's lower member (offset (0.57, 0, -0.57) mm, turned 45 degrees about y;
+    # the clump turns by 4 degrees in the run) and the sphere thrown up at it overlap: contact
+    lower = 0.0008 * np.sqrt(0.5) * np.array([1.0, 0.0, -1.0])
+    centres = track(out)[:, :3].reshape(-1, len(CLUMP_CENTRES), 3)
+    gap = np.linalg.norm(centres[:, 1] + lower - centres[:, 4], axis=1) - 0.002
+    assert gap.min() < 0, f"the thrown clump did not touch the sphere below it: gaps {gap}"
     # the first clump starts 5 um before the x face
     assert last(out, "bodies.h5", "position")[0, 0] > 0.005, "the clump did not cross"
     assert_close(out, clumps_single, SPLIT_RELATIVE)

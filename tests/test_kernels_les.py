@@ -122,16 +122,17 @@ def test_smagorinsky_keeps_an_under_resolved_cavity_stable(tmp_path):
     finite (measured)."""
     import json
 
-    from solver_cli import run_solver
+    from solver_cli import PRODUCTION, run_solver
 
     base = ["case=cavity", "case.re=10000", "case.resolution=48", "fluid=d2q9",
             "fluid.collision=trt", "fluid.les_cs=0.17", "checkpoint=none",
             "output.every=10000"]  # fmt: skip
-    plain = run_solver([*base, "fluid.les=none", "steps=2000", f"hydra.run.dir={tmp_path / 'a'}"])
+    plain = run_solver([*base, "fluid.les=none", "steps=2000", f"hydra.run.dir={tmp_path / 'a'}"],
+                       PRODUCTION)  # fmt: skip
     assert plain.returncode == 3, plain.stderr
     assert "fluid.les=smagorinsky" in plain.stderr
     les = run_solver([*base, "fluid.les=smagorinsky", "steps=30000",
-                      f"hydra.run.dir={tmp_path / 'b'}"])  # fmt: skip
+                      f"hydra.run.dir={tmp_path / 'b'}"], PRODUCTION)  # fmt: skip
     assert les.returncode == 0, les.stderr
     summary = json.loads((tmp_path / "b" / "run.json").read_text())
     assert summary["les"] == {"model": "smagorinsky", "smagorinsky_constant": 0.17}

@@ -9,7 +9,7 @@ import h5py
 import numpy as np
 
 from solver.twin.forecast import forecast_message
-from tests.solver_cli import run_solver
+from tests.solver_cli import PRODUCTION, run_solver
 
 # The forecast advances K vmapped copies with the same chunk as the run (float32); the sampled
 # probes agree to round-off of the vmapped program: measured max difference ~1e-6 m/s
@@ -25,7 +25,8 @@ def test_as_now_scenario_reproduces_the_run(tmp_path):
                          "twin.forecast.enabled=true", "twin.forecast.every=0.1",
                          "twin.forecast.horizon=0.1", "twin.forecast.output_every=0.02",
                          "twin.forecast.scenarios=[0.9,1.0,1.1]", "case.duration=0.2",
-                         "checkpoint=none", "output=none", f"hydra.run.dir={out}"])  # fmt: skip
+                         "checkpoint=none", "output=none", f"hydra.run.dir={out}"],
+                        PRODUCTION)  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     summary = json.loads((out / "run.json").read_text())["twin"]
     assert summary["forecasts"] == 2

@@ -19,7 +19,7 @@ from solver.twin.quarantine import Quarantine, read_quarantine
 from solver.twin.replay import ReplaySource, load_recording
 from solver.twin.sensors import parse_sensors
 from solver.twin.validate import Validator
-from tests.solver_cli import ROOT, run_solver
+from tests.solver_cli import PRODUCTION, ROOT, run_solver
 
 SENSORS = parse_sensors(
     "twin.sensors",
@@ -103,7 +103,7 @@ def test_twin_experiment_assimilation_beats_the_free_run(tmp_path):
     out = tmp_path / "twin"
     result = run_solver(["case=cylinder", "twin=replay", f"twin.recording={recording}",
                          "case.duration=0.4", f"hydra.run.dir={out}",
-                         "checkpoint=none"])  # fmt: skip
+                         "checkpoint=none"], PRODUCTION)  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     twin = json.loads((out / "run.json").read_text())["twin"]
     assert twin["accepted"] == readings
@@ -119,7 +119,7 @@ def test_twin_experiment_assimilation_beats_the_free_run(tmp_path):
     result = run_solver(["case=cylinder", "twin=replay", f"twin.recording={recording}",
                          "case.duration=0.4", f"hydra.run.dir={enkf_out}", "checkpoint=none",
                          "twin.compare_free_run=false", "twin.enkf.enabled=true",
-                         "twin.enkf.members=4"])  # fmt: skip
+                         "twin.enkf.members=4"], PRODUCTION)  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     enkf = json.loads((enkf_out / "run.json").read_text())["twin"]
     assert enkf["assimilation"] == "enkf" and enkf["analyses"] > 0
