@@ -29,7 +29,7 @@ import cluster
 import h5py
 import numpy as np
 import pytest
-from solver_cli import FAST_COMPILE, run_solver
+from solver_cli import FAST_COMPILE, PRODUCTION, run_solver
 
 pytestmark = pytest.mark.slurm
 
@@ -306,7 +306,10 @@ def test_usr1_checkpoints_requeues_and_resumes_bitwise(
     bit-identical to an uninterrupted one-process run without Slurm."""
     job_name = "pytest-resume"
     # PREFLIGHT=0: two job starts, and the preflight is tested in tests/test_preflight_processes.py
-    env = _env(SOLVER_ROOT=str(REPO), SOLVER_PYTHON=PYTHON, PREFLIGHT="0")
+    # the production level (PRODUCTION): 3,000 steps of a 126^2 cavity step longer than they
+    # compile (in the suite the jobs' and the reference's processes 51 s, 59 s with FAST_COMPILE;
+    # the test alone 40-41 s against 42 s, measured 2026-12-07)
+    env = _env(SOLVER_ROOT=str(REPO), SOLVER_PYTHON=PYTHON, PREFLIGHT="0", **PRODUCTION)
     del env["JAX_PLATFORMS"]  # the template's CPU path sets it
     overrides = [*RESUME_CASE, TWO_BLOCKS, "domain.halo=xla"]
     job_id = cluster.submit(
@@ -368,6 +371,7 @@ def test_usr1_checkpoints_requeues_and_resumes_bitwise(
     reference = tmp_path / "reference"
     result = run_solver(
         [*RESUME_CASE, "domain=single", f"hydra.run.dir={reference}"],
+        PRODUCTION,
         timeout=REFERENCE_TIMEOUT_S,
     )
     assert result.returncode == 0, (
