@@ -34,16 +34,20 @@ PRODUCTION = {"XLA_FLAGS": ""}
 FAST_COMPILE_OPTIONS = {"xla_backend_optimization_level": 0, **FAST_CODEGEN}
 
 
+def child_env(extra: dict | None = None) -> dict:
+    """The environment of a run a test starts: CPU, compiled with FAST_COMPILE unless ``extra``
+    (or the test's own environment) sets XLA_FLAGS."""
+    return {"XLA_FLAGS": FAST_COMPILE, **os.environ, "JAX_PLATFORMS": "cpu", **(extra or {})}
+
+
 def run_solver(
     args: list[str], env_extra: dict | None = None, timeout: float = 600
 ) -> subprocess.CompletedProcess:
-    """``python -m solver ARGS``; output captured as text. Compiled with FAST_COMPILE unless
-    ``env_extra`` (or the test's own environment) sets XLA_FLAGS."""
-    env = {"XLA_FLAGS": FAST_COMPILE, **os.environ, "JAX_PLATFORMS": "cpu", **(env_extra or {})}
+    """``python -m solver ARGS`` in ``child_env(env_extra)``; output captured as text."""
     return subprocess.run(
         [sys.executable, "-m", "solver", *args],
         cwd=ROOT,
-        env=env,
+        env=child_env(env_extra),
         capture_output=True,
         text=True,
         timeout=timeout,

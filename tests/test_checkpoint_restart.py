@@ -22,7 +22,7 @@ import h5py
 import numpy as np
 import pytest
 from mpi import mpi_env, mpirun, mpirun_or_skip
-from solver_cli import FAST_COMPILE, PRODUCTION, ROOT, run_solver
+from solver_cli import FAST_COMPILE, PRODUCTION, ROOT, child_env, run_solver
 
 # Long enough that 2 processes on 2 cores step for several seconds after the first checkpoint;
 # its runs compile at the production level (PRODUCTION), whose code steps faster
@@ -185,7 +185,7 @@ def _start_solver(args: list[str], run_dir: Path, env: dict | None = None) -> su
     return subprocess.Popen(
         [sys.executable, "-m", "solver", *args, f"hydra.run.dir={run_dir}"],
         cwd=ROOT,
-        env={"XLA_FLAGS": FAST_COMPILE, **os.environ, "JAX_PLATFORMS": "cpu", **(env or {})},
+        env=child_env(env),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

@@ -17,7 +17,6 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import json
-import os
 import re
 import subprocess
 import sys
@@ -29,7 +28,7 @@ import cluster
 import h5py
 import numpy as np
 import pytest
-from solver_cli import FAST_COMPILE, PRODUCTION, run_solver
+from solver_cli import PRODUCTION, child_env, run_solver
 
 pytestmark = pytest.mark.slurm
 
@@ -41,8 +40,6 @@ JOB_BODY = REPO / "launch" / "solver_job.sh"
 # A 2D case that two processes on two cores finish in well under a minute: 18 x 18 cells with
 # walls, split into two blocks of 9 x 18 cells, 40 steps.
 SMALL_CASE = ("case=cavity", "case.resolution=16", "steps=40", "output.png=false")
-# the launch is checked with SMALL_CASE, not its arithmetic: compiled without LLVM optimisation
-FAST = {"XLA_FLAGS": FAST_COMPILE}
 TWO_BLOCKS = "domain.mesh=[2,1]"
 # A cavity that two processes on two cores (2 x 64 x 128 cells) still step for about 12 s after
 # its first checkpoint (step 500) is on disk, so a signal sent then stops it midway. One process
@@ -72,8 +69,8 @@ def slurm_cluster() -> cluster.Cluster:
 
 
 def _env(**extra: str) -> dict[str, str]:
-    """The environment of a job: CPU, compiled fast (tests/solver_cli.py) unless said."""
-    return {"XLA_FLAGS": FAST_COMPILE, **os.environ, "JAX_PLATFORMS": "cpu", **extra}
+    """The environment of a job (tests/solver_cli.py: CPU, FAST_COMPILE unless said)."""
+    return child_env(extra)
 
 
 def _run_or_cancel(
@@ -135,7 +132,7 @@ def test_srun_two_processes_with_mpi_halos(slurm_cluster: cluster.Cluster, tmp_p
         *(PYTHON, "-m", "solver", *SMALL_CASE, TWO_BLOCKS, "domain.halo=mpi"),
         f"hydra.run.dir={run_dir}",
     ]
-    result = _run_or_cancel(args, job_name, SRUN_TIMEOUT_S, cwd=REPO, env=_env(**FAST))
+    result = _run_or_cancel(args, job_name, SRUN_TIMEOUT_S, cwd=REPO, env=_env())
     output = f"{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
     assert result.returncode == 0, f"srun exited {result.returncode}\n{output}"
     _assert_completed_run(run_dir, processes=2, context=output)
@@ -144,7 +141,7 @@ def test_srun_two_processes_with_mpi_halos(slurm_cluster: cluster.Cluster, tmp_p
 def test_sbatch_single_node_template_on_cpu(slurm_cluster: cluster.Cluster, tmp_path: Path) -> None:
     job_name = "pytest-sbatch"
     # The template's CPU path: no GPUs requested, one CPU per task, JAX_PLATFORMS left to it.
-    env = _env(SOLVER_ROOT=str(REPO), SOLVER_PYTHON=PYTHON, **FAST)
+    env = _env(SOLVER_ROOT=str(REPO), SOLVER_PYTHON=PYTHON)
     del env["JAX_PLATFORMS"]
     job_id = cluster.submit(
         [

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tests.solver_cli import run_solver
+from tests.solver_cli import PRODUCTION, run_solver
 
 # float32 members; the sharded program fuses and orders reductions differently, so the analysis
 # differs in the last bits: measured at most 1.6e-6 m/s (on spreads of ~1e-3 m/s)
@@ -29,7 +29,7 @@ def _run(tmp_path, name: str, env: dict) -> np.ndarray:
 def test_sharded_ensemble_equals_one_device(tmp_path):
     # the production level (not the suite's FAST_COMPILE): 0.1 s of a cylinder with 8 members
     # steps longer than it compiles (33 s, and 58 s with FAST_COMPILE, measured)
-    one = _run(tmp_path, "one", {"XLA_FLAGS": ""})
+    one = _run(tmp_path, "one", PRODUCTION)
     eight = _run(tmp_path, "eight", {"XLA_FLAGS": "--xla_force_host_platform_device_count=8"})
     assert one.size == eight.size > 0
     np.testing.assert_allclose(eight, one, rtol=ENSEMBLE_RTOL, atol=ENSEMBLE_ATOL)
