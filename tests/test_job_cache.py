@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from solver_cli import FAST_COMPILE, run_solver
 
 REPO = Path(__file__).resolve().parents[1]
 JOB_BODY = REPO / "launch" / "solver_job.sh"
@@ -70,3 +71,32 @@ def test_second_job_loads_compiled_programs_from_the_cache(tmp_path):
     second = _job(tmp_path, tmp_path / "second", JAX_COMPILATION_CACHE_DIR=str(cache))
     assert {p.name for p in cache.iterdir() if p.name.startswith("jit_")} == entries
     assert second["compile_time_s"] < first["compile_time_s"], (first, second)
+
+
+def test_resumed_run_on_a_mesh_lowers_the_fresh_runs_chunk(tmp_path):
+    """A run resumed from its checkpoint on a 2 x 1 mesh lowers the chunk to the program the
+    fresh run compiled, so a requeued job loads it from the cache. JAX's key hashes the
+    program's argument shardings: a fresh state laid out as XLA propagated it (without the
+    mesh axis of size 1) against a restored one with every axis named gave a second program on
+    every resume (found in the Slurm requeue's process logs, 2026-12-07)."""
+    cache = tmp_path / "cache"
+    env = {
+        "XLA_FLAGS": f"--xla_force_host_platform_device_count=2 {FAST_COMPILE}",
+        "JAX_COMPILATION_CACHE_DIR": str(cache),
+        "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
+    }
+    run_dir = tmp_path / "run"
+    args = ["case=cavity", "case.resolution=8", "chunk=10", "output=none", "telemetry=none",
+            "checkpoint.every_steps=10", "domain.mesh=[2,1]", "domain.halo=xla",
+            f"hydra.run.dir={run_dir}"]  # fmt: skip
+    first = run_solver([*args, "steps=20"], env, timeout=300)
+    assert first.returncode == 0, first.stderr[-3000:]
+    chunks = sorted(p.name for p in cache.glob("jit_chunk-*"))
+    assert len(chunks) == 1, f"expected one chunk program in the cache, found {chunks}"
+    second = run_solver([*args, "steps=40"], env, timeout=300)
+    assert second.returncode == 0, second.stderr[-3000:]
+    resumed = json.loads((run_dir / "run.json").read_text())["checkpoint"]["resumed_from"]
+    assert resumed["step"] == 20, resumed
+    assert sorted(p.name for p in cache.glob("jit_chunk-*")) == chunks, (
+        "the resumed run compiled another chunk program"
+    )

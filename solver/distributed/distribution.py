@@ -133,6 +133,16 @@ class Distribution:
             tuple(array.shape), sharding, lambda index: _host_block(array, index, dtype)
         )
 
+    def place(self, array: Array, lead: int = 0) -> Array:
+        """A field already on the devices, (*lead, *shape), laid out as ``put`` lays out fields
+        and a checkpoint restores them (every mesh axis named, size-1 axes included). An array
+        that an eager computation made carries the layout XLA propagated, which drops mesh axes
+        of size 1: the chunk would then lower to another program for a fresh run than for a
+        resumed one, and a requeued job would miss the persistent compilation cache."""
+        if self.backend != "xla":
+            return array
+        return jax.device_put(array, NamedSharding(self.mesh, self._spec(lead)))
+
     def replicate(self, value: Array) -> Array:
         """A value every shard holds whole (the step counter): placed as the chunk returns it,
         so the first and later chunks compile to one program."""

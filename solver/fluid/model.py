@@ -224,7 +224,9 @@ class FluidModel:
             dist.put(case.velocity, 1, setup.dtype),
             None if gradient is None else dist.put(gradient, 2, setup.dtype),
         )
-        return state.replace(time=dist.replicate(state.time))
+        return state.replace(
+            populations=dist.place(state.populations, 1), time=dist.replicate(state.time)
+        )
 
     def checkpoint_view(self, state):
         return state
