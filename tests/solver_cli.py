@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from solver import xla_options
+
 ROOT = Path(__file__).resolve().parent.parent
 # XLA_FLAGS for runs whose arithmetic a test does not examine, or compares only with runs
 # compiled alike: no LLVM optimisation, so the compilation (most of a small run's time) is
@@ -21,10 +23,10 @@ ROOT = Path(__file__).resolve().parent.parent
 # the instruction set capped at AVX there is no FMA instruction, and a split run rounds as the
 # whole one does again. (x86 only: the CI and development machines; on another CPU the ISA cap
 # would need its counterpart there.)
-FAST_CODEGEN = {"xla_cpu_use_fusion_emitters": False, "xla_cpu_max_isa": "AVX"}
-FAST_COMPILE = (
-    "--xla_backend_optimization_level=0 --xla_cpu_use_fusion_emitters=false --xla_cpu_max_isa=AVX"
-)
+# jaxlib 0.11 has no older emitter (nor its option, which would abort a run started with it in
+# XLA_FLAGS): there the new emitters at -O0 under the same AVX cap (solver/xla_options.py).
+FAST_CODEGEN = xla_options.known({"xla_cpu_use_fusion_emitters": False, "xla_cpu_max_isa": "AVX"})
+FAST_COMPILE = xla_options.as_flags({"xla_backend_optimization_level": 0, **FAST_CODEGEN})
 # XLA_FLAGS of a run long enough that its stepping outweighs its compilation (thousands of
 # steps): the production level, whose code runs several times faster (measured 2026-12-07 in the
 # whole suite: the twin experiment's three cylinder runs 29 s at this level, 86 s with

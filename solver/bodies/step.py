@@ -44,6 +44,7 @@ from kernels.contact import accumulate, sphere_plane, sphere_sphere
 from kernels.materialise import materialised
 from kernels.neighbor_search import CellGrid, bin_bodies, neighbor_pairs
 from kernels.rigid_body import Bodies
+from solver import xla_options
 
 CONTACT_MODELS = ("hertz", "linear")
 NEIGHBOR_LISTS = ("auto", "cells", "all")
@@ -813,14 +814,15 @@ def _merge_overflow(seen: Overflow, new: Overflow) -> Overflow:
 
 # XLA:CPU's older fusion emitter compiles a program that runs once (the forces at time 0) in
 # about 60 % of the time, with the same bits (the contact forces of 1e5 spheres: 13.1 -> 8.0 s
-# to compile, the same 0.36 s to run); an option of this compilation only, not of the process
+# to compile, the same 0.36 s to run); an option of this compilation only, not of the process,
+# and only where the jaxlib still has that emitter (0.10; not 0.11: solver.xla_options)
 ONCE_OPTIONS = {"cpu": {"xla_cpu_use_fusion_emitters": False}}
 
 
 def run_once(fun: Callable, *args):
     """``fun(*args)`` compiled for one call (``jax.jit``; on CPUs with ``ONCE_OPTIONS``)."""
     lowered = jax.jit(fun).lower(*args)
-    options = ONCE_OPTIONS.get(jax.default_backend(), {})
+    options = xla_options.known(ONCE_OPTIONS.get(jax.default_backend(), {}))
     return lowered.compile(compiler_options=options)(*args)
 
 
