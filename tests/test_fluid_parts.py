@@ -287,8 +287,8 @@ def test_an_even_chunk_compiles_no_step_beside_the_loop():
     iteration): a chunk of n steps runs n - 1 steps between its first collision and its last
     pull, so an even n leaves one step over; the loop's last iteration skips its second step
     (a conditional) instead of a step compiled beside the loop. The program outside the loop
-    is the same for 6 steps as for 7 (but the slice that drops the skipped step's force; with
-    a step beside the loop: 83 fusions against 51), and 6 steps give the bits of 5 + 1 and of
+    is the same for 6 steps as for 7 (but a few small fusions; with a step beside the loop: 83
+    fusions against 51), and 6 steps give the bits of 5 + 1 and of
     3 + 3 (no FMA here: without optimisation every step rounds alike)."""
     setup = _channel(body_force=BodyForce((1e-5, 0.0)))
     assert not boundary_rules.plan_boundaries(setup, SINGLE).materialise
@@ -302,7 +302,10 @@ def test_an_even_chunk_compiles_no_step_beside_the_loop():
         text = chunk.lower(start, geometry, n).compile().as_text()
         return _computation(text, "ENTRY").count(" fusion(")
 
-    assert outside_the_loop(6) - outside_the_loop(7) <= 1
+    # a step compiled beside the loop adds some 30 fusions (83 against 51 on jaxlib 0.10); what
+    # else may differ is small: the force slice, and on jaxlib 0.11 at -O0 an iota and a mask
+    # that are not folded (48 against 46, measured 2026-12-07)
+    assert outside_the_loop(6) - outside_the_loop(7) <= 4
     whole = np.asarray(chunk(start, geometry, 6)[0].populations)
     assert np.abs(whole - np.asarray(start.populations)).max() > 1e-4
     for splits in ((5, 1), (3, 3)):
